@@ -1,0 +1,1 @@
+"""Shared expression layer: dtypes, expression nodes, visitors, simplifier, printer."""

@@ -1,0 +1,232 @@
+"""From a schedule to polyhedral statements: iteration domains and schedule maps.
+
+Each stage becomes one statement (``init`` and ``update`` statements for a reduction) whose
+domain is an isl set over the stage's original iterators; symbolic sizes are parameters and
+affine reduce bounds / ``where`` conditions are constraints of the set.  The statement's
+schedule is a quasi-affine map from the original iterators to its loops in the 2d+1 form
+``[b0, L0, b1, L1, ...]``: split is floor division and modulo, fuse is linearisation and
+reorder is a permutation of the ``L`` entries; the constant ``b`` entries order statements
+that share the loops above them.
+"""
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from ..errors import DefinitionError, ScheduleError
+from ..ir import expr as E
+from ..ir.functor import substitute, transform
+from ..schedule.relations import Fuse, Split
+from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp
+from .convert import IslNames, NotAffine, aff, conjuncts, constraint
+
+
+@dataclass(eq=False)
+class Statement:
+    """One polyhedral statement (a stage's compute, or a reduction's init / update)."""
+    name: str
+    stage: object
+    kind: str                  # "compute" | "init" | "update"
+    iters: list                # te Vars of the domain dimensions, in order
+    constraints: list          # isl constraint texts over the iterators and parameters
+    sched: list                # entries: int (ordering) or (IterVar, isl text)
+    guard: object = None       # non-affine condition evaluated per instance
+    body: tuple = ()           # per output: the value expression (te level)
+    extra: dict = field(default_factory=dict)
+
+    def domain_text(self, names):
+        it = ", ".join(names.name(v) for v in self.iters)
+        cons = " and ".join(self.constraints) if self.constraints else "1 = 1"
+        return f"{self.name}[{it}] : {cons}"
+
+
+class Program:
+    """Statements of a schedule plus the isl naming context."""
+
+    def __init__(self, schedule, statements, names, size_vars):
+        self.schedule = schedule
+        self.statements = statements
+        self.names = names
+        self.size_vars = size_vars
+        self.by_name = {s.name: s for s in statements}
+
+    def params_text(self):
+        return "[" + ", ".join(self.names.params) + "]"
+
+    def context(self):
+        cons = [f"{self.names.name(v)} >= 0" for v in self.size_vars
+                if self.names.name(v) in self.names.params]
+        return isl.Set(f"{self.params_text()} -> {{ : {' and '.join(cons) or '1 = 1'} }}")
+
+    def domain(self):
+        txt = "; ".join(s.domain_text(self.names) for s in self.statements)
+        return isl.UnionSet(f"{self.params_text()} -> {{ {txt} }}")
+
+    def sched_width(self):
+        return max((len(s.sched) for s in self.statements), default=1)
+
+    def schedule_map(self, width=None):
+        """The isl union map from every statement instance to its time vector (padded)."""
+        width = width or self.sched_width()
+        parts = []
+        for s in self.statements:
+            vec = [str(x) if isinstance(x, int) else x[1] for x in s.sched]
+            vec += ["0"] * (width - len(vec))
+            it = ", ".join(self.names.name(v) for v in s.iters)
+            cons = " and ".join(s.constraints) if s.constraints else "1 = 1"
+            parts.append(f"{s.name}[{it}] -> [{', '.join(vec)}] : {cons}")
+        return isl.UnionMap(f"{self.params_text()} -> {{ {'; '.join(parts)} }}")
+
+
+def leaf_values(stage, names):
+    """isl text of every iterator of ``stage`` in terms of the stage's root iterators."""
+    val = {}
+    begin = {}
+    for iv in stage.root_iter_vars:
+        val[iv] = names.name(iv.var)
+        try:
+            begin[iv] = aff(iv.begin, names, set()) if iv.begin is not None else "0"
+        except NotAffine:
+            raise DefinitionError(f"stage {stage.name}: the lower bound of {iv.name} "
+                                  f"({iv.begin!r}) is not affine")
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            p = val[rel.parent]
+            b = begin.get(rel.parent, "0")
+            rel_p = p if b == "0" else f"({p} - {b})"
+            val[rel.outer] = f"floor({rel_p} / {rel.factor})"
+            val[rel.inner] = f"({rel_p} mod {rel.factor})"
+        elif isinstance(rel, Fuse):
+            ext = stage.extent(rel.inner)
+            ext = int(ext.value)
+            o, i = val[rel.outer], val[rel.inner]
+            bo, bi = begin.get(rel.outer, "0"), begin.get(rel.inner, "0")
+            o = o if bo == "0" else f"({o} - {bo})"
+            i = i if bi == "0" else f"({i} - {bi})"
+            val[rel.fused] = f"({ext} * {o} + {i})"
+    return val
+
+
+def inline_body(expr, schedule):
+    """Substitute every inlined stage's definition into ``expr`` (recursively)."""
+    def fn(e):
+        if type(e) is E.TensorLoad:
+            st = schedule.stage_map.get(e.tensor.op)
+            if st is not None and st.attach_type == "inline":
+                op = st.op
+                body = op.body[e.tensor.value_index]
+                sub = substitute(body, {a.var: i for a, i in zip(op.axis, e.indices)})
+                return inline_body(sub, schedule)
+        return None
+    return transform(expr, fn)
+
+
+def _range_constraints(iv, names, dims, stage):
+    v = names.name(iv.var)
+    try:
+        lo = aff(iv.begin, names, dims)
+        hi = aff(iv.end, names, dims)
+    except NotAffine as ex:
+        raise DefinitionError(
+            f"stage {stage.name}: the range of {iv.name} [{iv.begin!r}, {iv.end!r}) is not "
+            f"affine in the enclosing axes and sizes (at {ex.args[0]!r})") from None
+    return [f"{lo} <= {v}", f"{v} < {hi}"]
+
+
+def _split_where(where, names, dims):
+    """Affine conjuncts become constraints, the rest a guard expression."""
+    cons, guard = [], None
+    for c in conjuncts(where):
+        try:
+            cons.append(constraint(c, names, dims))
+        except NotAffine:
+            guard = c if guard is None else E.logical("and", guard, c)
+    return cons, guard
+
+
+def stage_statements(stage, prefix, names, schedule, counter):
+    """Statements of one compute stage, scheduled below the constant ``prefix``."""
+    op = stage.op
+    if isinstance(op, ScanOp):
+        raise ScheduleError(f"stage {stage.name}: scan stages are lowered by the scan lowering")
+    vals = leaf_values(stage, names)
+    axis_vars = [a.var for a in op.axis]
+    dims = set(axis_vars) | {a.var for a in op.reduce_axis}
+    base = []
+    for a in op.axis:
+        base += _range_constraints(a, names, dims, stage)
+    body = tuple(inline_body(b, schedule) for b in op.body)
+    leaves = stage.leaf_iter_vars
+    tag = "".join(ch if ch.isalnum() else "_" for ch in stage.name)
+    if not op.is_reduction:
+        sched = list(prefix)
+        for lv in leaves:
+            sched += [(lv, vals[lv]), 0]
+        counter[0] += 1
+        return [Statement(f"S{counter[0]}_{tag}", stage, "compute", axis_vars, base, sched,
+                          body=body)]
+    red = body[0]
+    p = next(i for i, lv in enumerate(leaves) if lv.kind == "reduce")
+    outer = []
+    for lv in leaves[:p]:
+        outer += [(lv, vals[lv]), 0]
+    init_sched = list(prefix) + outer
+    if outer:
+        init_sched[-1] = 0
+    else:
+        init_sched.append(0)
+    for lv in leaves[p:]:
+        if lv.kind != "reduce":
+            init_sched += [(lv, vals[lv]), 0]
+    upd_sched = list(prefix) + outer
+    if outer:
+        upd_sched[-1] = 1
+    else:
+        upd_sched.append(1)
+    for lv in leaves[p:]:
+        upd_sched += [(lv, vals[lv]), 0]
+    red_cons = []
+    for r in op.reduce_axis:
+        red_cons += _range_constraints(r, names, dims, stage)
+    guard = None
+    if red.where is not None:
+        wc, guard = _split_where(red.where, names, dims)
+        red_cons += wc
+    counter[0] += 1
+    init = Statement(f"S{counter[0]}_{tag}_init", stage, "init", axis_vars, base, init_sched,
+                     body=body)
+    counter[0] += 1
+    upd = Statement(f"S{counter[0]}_{tag}_update", stage, "update",
+                    axis_vars + [r.var for r in op.reduce_axis], base + red_cons, upd_sched,
+                    guard=guard, body=body)
+    return [init, upd]
+
+
+def size_vars_of(schedule):
+    """Variables appearing in the shapes of the schedule's tensors."""
+    out = {}
+    for st in schedule.stages:
+        for t in st.op.outputs:
+            for d in t.shape:
+                from ..ir.functor import free_vars
+                for v in free_vars(d):
+                    out.setdefault(v, None)
+    return list(out)
+
+
+def build_program(schedule):
+    """The polyhedral statements of ``schedule`` (stages at the root, in dataflow order)."""
+    names = IslNames()
+    stmts = []
+    counter = [0]
+    root = 0
+    for st in schedule.stages:
+        if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline":
+            continue
+        if isinstance(st.op, ComputeOp):
+            stmts += stage_statements(st, [root], names, schedule, counter)
+            root += 1
+        elif isinstance(st.op, ScanOp):
+            from .scan import scan_statements
+            stmts += scan_statements(st, [root], names, schedule, counter)
+            root += 1
+    return Program(schedule, stmts, names, size_vars_of(schedule))

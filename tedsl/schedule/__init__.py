@@ -1,0 +1,1 @@
+"""User-facing scheduling: stages, iterator relations, loop annotations."""

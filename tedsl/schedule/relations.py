@@ -1,0 +1,30 @@
+"""Iterator relations recorded by ``split`` and ``fuse``."""
+from dataclasses import dataclass
+
+from ..ir import expr as E
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """``parent = outer * factor + inner`` (relative to the parent's begin)."""
+    parent: E.IterVar
+    outer: E.IterVar
+    inner: E.IterVar
+    factor: object   # int, or None when nparts is given
+    nparts: object   # int or None
+
+
+@dataclass(frozen=True, eq=False)
+class Fuse:
+    """``fused = outer * extent(inner) + inner``."""
+    outer: E.IterVar
+    inner: E.IterVar
+    fused: E.IterVar
+
+
+@dataclass(frozen=True)
+class IterAttr:
+    """What a leaf loop becomes: ``serial``, ``unroll``, ``vectorize``, ``parallel`` or ``thread``."""
+    kind: str = "serial"
+    thread_tag: str = ""
+    pragmas: tuple = ()

@@ -1,0 +1,419 @@
+"""``create_schedule``, ``Schedule`` and ``Stage`` (TVM-style handles).
+
+Every primitive validates its arguments at once and raises a :class:`ScheduleError` subclass
+naming the stage and the loop.  Legality against data dependences is checked by ``poly``
+(at the primitive where it can be known then, otherwise at ``lower``).
+"""
+from ..errors import AttachError, InvalidAxisError, ScheduleError
+from ..ir import expr as E
+from ..ir.simplify import simplify
+from ..te import graph
+from ..te.tensor import ComputeOp, Operation, PlaceholderOp, ScanOp, Tensor
+from .relations import Fuse, IterAttr, Split
+
+HOOKS = {}
+
+
+def _ceildiv(a, b):
+    return simplify(E.binary("floordiv", E.binary("add", a, b - 1), b))
+
+
+def _const_int(e):
+    e = simplify(e) if isinstance(e, E.Expr) else e
+    if isinstance(e, E.Const):
+        return int(e.value)
+    return None
+
+
+class Stage:
+    """The schedule of one operation: its loops, their order and their annotations."""
+
+    def __init__(self, op, schedule):
+        self.op = op
+        self.schedule = schedule
+        if isinstance(op, ScanOp):
+            root = [op.scan_axis]
+        else:
+            root = list(op.axis) + list(op.reduce_axis)
+        self.root_iter_vars = root
+        self.all_iter_vars = list(root)
+        self.leaf_iter_vars = list(root)
+        self.relations = []
+        self.attrs = {}
+        self.extents = {}
+        for iv in root:
+            self.extents[iv] = simplify(E.binary("sub", iv.end, iv.begin)) if iv.end is not None \
+                else None
+        self.attach_type = "root"
+        self.attach_stage = None
+        self.attach_ivar = None
+        self.scope = "global"
+        self.storage_align = {}
+        self.is_output = False
+        self.origin_op = op
+
+    # -- helpers ------------------------------------------------------------------------------
+    @property
+    def name(self):
+        return self.op.name
+
+    def __repr__(self):
+        return f"Stage({self.name})"
+
+    def _owner_of(self, iv):
+        for st in self.schedule.stages:
+            if st is not self and iv in st.all_iter_vars:
+                return st
+        return None
+
+    def _check_leaf(self, iv, what):
+        if not isinstance(iv, E.IterVar):
+            raise InvalidAxisError(f"{what} on stage {self.name}: expected a loop (IterVar), got "
+                                   f"{type(iv).__name__} {iv!r}")
+        if iv in self.leaf_iter_vars:
+            return
+        if iv in self.all_iter_vars:
+            raise InvalidAxisError(
+                f"{what} on stage {self.name}: loop {iv.name} was already split or fused; use "
+                f"one of its current loops: {', '.join(v.name for v in self.leaf_iter_vars)}")
+        owner = self._owner_of(iv)
+        where = f" (it belongs to stage {owner.name})" if owner else ""
+        raise InvalidAxisError(
+            f"{what} on stage {self.name}: loop {iv.name} is not a loop of this stage{where}; "
+            f"its loops are: {', '.join(v.name for v in self.leaf_iter_vars)}")
+
+    def _check_compute(self, what):
+        if isinstance(self.op, PlaceholderOp):
+            raise ScheduleError(f"{what}: {self.name} is a placeholder (an input); it has no loops")
+
+    def extent(self, iv):
+        """The loop's trip count as an expression, or None when it varies (affine bounds)."""
+        return self.extents.get(iv)
+
+    def _new_iv(self, name, kind, extent):
+        iv = E.IterVar(E.Var(name, "int32"), E.Const(0, "int32"), extent, kind)
+        self.extents[iv] = extent
+        return iv
+
+    def _replace_leaf(self, old, new):
+        pos = self.leaf_iter_vars.index(old)
+        self.leaf_iter_vars[pos:pos + 1] = new
+
+    # -- loop transformations -------------------------------------------------------------
+    def split(self, parent, factor=None, nparts=None):
+        """Split ``parent`` into ``(outer, inner)``: ``parent = outer * factor + inner``.
+
+        Give exactly one of ``factor`` (the inner extent) or ``nparts`` (the outer extent).
+        Non-dividing factors are legal; the tail gets exact bounds from isl.
+        """
+        what = f"split({getattr(parent, 'name', parent)})"
+        self._check_compute(what)
+        self._check_leaf(parent, what)
+        if (factor is None) == (nparts is None):
+            raise ScheduleError(f"{what} on stage {self.name}: give exactly one of factor= or "
+                                "nparts=")
+        val = factor if factor is not None else nparts
+        key = "factor" if factor is not None else "nparts"
+        v = _const_int(val) if isinstance(val, E.Expr) else val
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ScheduleError(f"{what} on stage {self.name}: {key} must be a positive integer "
+                                f"constant, got {val!r}")
+        if v <= 0:
+            raise ScheduleError(f"{what} on stage {self.name}: {key} must be positive, got {v}")
+        ext = self.extent(parent)
+        if nparts is not None:
+            c = _const_int(ext) if ext is not None else None
+            if c is None:
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: nparts needs a constant extent, but loop "
+                    f"{parent.name} has extent {ext if ext is not None else 'that varies'}; "
+                    "use factor= instead")
+            factor_v = max(1, -(-c // v))
+            outer_ext, inner_ext = E.Const(-(-c // factor_v), "int32"), E.Const(factor_v, "int32")
+        else:
+            factor_v = v
+            outer_ext = _ceildiv(ext, v) if ext is not None else None
+            inner_ext = E.Const(v, "int32")
+        kind = parent.kind if parent.kind != "scan" else "scan"
+        outer = self._new_iv(f"{parent.name}.outer", kind, outer_ext)
+        inner = self._new_iv(f"{parent.name}.inner", kind, inner_ext)
+        self.relations.append(Split(parent, outer, inner, factor_v, None))
+        self.all_iter_vars += [outer, inner]
+        self._replace_leaf(parent, [outer, inner])
+        return outer, inner
+
+    def tile(self, x_parent, y_parent, x_factor, y_factor):
+        """Split two loops and order them ``(x.outer, y.outer, x.inner, y.inner)``."""
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def fuse(self, *args):
+        """Fuse consecutive loops (outermost first) into one; returns the fused loop."""
+        if len(args) == 1 and isinstance(args[0], (list, tuple)):
+            args = tuple(args[0])
+        what = f"fuse({', '.join(getattr(a, 'name', str(a)) for a in args)})"
+        self._check_compute(what)
+        if not args:
+            raise ScheduleError(f"{what} on stage {self.name}: nothing to fuse")
+        for a in args:
+            self._check_leaf(a, what)
+        if len(args) == 1:
+            return args[0]
+        pos = [self.leaf_iter_vars.index(a) for a in args]
+        if pos != list(range(pos[0], pos[0] + len(args))):
+            order = ", ".join(v.name for v in self.leaf_iter_vars)
+            raise ScheduleError(
+                f"{what} on stage {self.name}: the loops are not adjacent and in order "
+                f"(outermost first); the loop order is {order}. Reorder them first.")
+        kinds = {a.kind for a in args}
+        if len(kinds) > 1:
+            raise ScheduleError(f"{what} on stage {self.name}: cannot fuse a reduction loop with "
+                                "a data-parallel loop")
+        fused = args[0]
+        for a in args[1:]:
+            ext_in = self.extent(a)
+            c = _const_int(ext_in) if ext_in is not None else None
+            if c is None:
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: loop {a.name} has extent "
+                    f"{ext_in if ext_in is not None else 'that varies with outer loops'}; fusing "
+                    "needs a constant extent for every loop but the outermost (split it first, "
+                    "or use constant shapes)")
+            ext_out = self.extent(fused)
+            ext = simplify(E.binary("mul", ext_out, c)) if ext_out is not None else None
+            nv = self._new_iv(f"{fused.name}.{a.name}.fused", a.kind, ext)
+            self.relations.append(Fuse(fused, a, nv))
+            self.all_iter_vars.append(nv)
+            i = self.leaf_iter_vars.index(fused)
+            self.leaf_iter_vars[i:i + 2] = [nv]
+            fused = nv
+        return fused
+
+    def reorder(self, *args):
+        """New loop order for the named loops; loops not named keep their place."""
+        if len(args) == 1 and isinstance(args[0], (list, tuple)):
+            args = tuple(args[0])
+        what = f"reorder({', '.join(getattr(a, 'name', str(a)) for a in args)})"
+        self._check_compute(what)
+        for a in args:
+            self._check_leaf(a, what)
+        if len(set(map(id, args))) != len(args):
+            raise ScheduleError(f"{what} on stage {self.name}: a loop is named twice")
+        pos = sorted(self.leaf_iter_vars.index(a) for a in args)
+        for p, a in zip(pos, args):
+            self.leaf_iter_vars[p] = a
+
+    # -- loop annotations -----------------------------------------------------------------
+    def _annotate(self, iv, kind, what, thread_tag=""):
+        self._check_compute(what)
+        self._check_leaf(iv, what)
+        old = self.attrs.get(iv, IterAttr())
+        self.attrs[iv] = IterAttr(kind, thread_tag, old.pragmas)
+
+    def _need_const(self, iv, what, hint):
+        ext = self.extent(iv)
+        c = _const_int(ext) if ext is not None else None
+        if c is None:
+            shown = ext if ext is not None else "that varies with the outer loops"
+            raise ScheduleError(f"{what} on stage {self.name}: loop {iv.name} has extent {shown}; "
+                                f"{hint}")
+        return c
+
+    def unroll(self, iv):
+        """Fully unroll a loop of constant extent."""
+        what = f"unroll({getattr(iv, 'name', iv)})"
+        self._check_compute(what)
+        self._check_leaf(iv, what)
+        self._need_const(iv, what, "unroll needs a constant extent: split it by a constant "
+                         "factor and unroll the inner loop")
+        self._annotate(iv, "unroll", what)
+
+    def vectorize(self, iv):
+        """Run a loop of constant extent as SIMD lanes."""
+        what = f"vectorize({getattr(iv, 'name', iv)})"
+        self._check_compute(what)
+        self._check_leaf(iv, what)
+        self._need_const(iv, what, "vectorize needs a constant extent: split it (e.g. "
+                         "factor=16) and vectorize the inner loop")
+        self._annotate(iv, "vectorize", what)
+        self.schedule._check_legal(self, iv, "vectorize")
+
+    def parallel(self, iv):
+        """Run a loop's iterations on several threads."""
+        what = f"parallel({getattr(iv, 'name', iv)})"
+        self._annotate(iv, "parallel", what)
+        self.schedule._check_legal(self, iv, "parallel")
+
+    def bind(self, iv, thread_ivar):
+        """Map a loop to a CUDA grid/block dimension (``thread_axis("blockIdx.x")``)."""
+        tag = getattr(thread_ivar, "thread_tag", None)
+        what = f"bind({getattr(iv, 'name', iv)}, {tag})"
+        if tag is None:
+            raise ScheduleError(f"{what} on stage {self.name}: expected te.thread_axis(...)")
+        self._annotate(iv, "thread", what, tag)
+        self.schedule._check_legal(self, iv, f"bind to {tag}")
+
+    def pragma(self, iv, name, value=None):
+        """Attach a hint to a loop (``"unroll_explicit"``, ``"parallel_grain"`` ...)."""
+        what = f"pragma({getattr(iv, 'name', iv)}, {name!r})"
+        self._check_compute(what)
+        self._check_leaf(iv, what)
+        old = self.attrs.get(iv, IterAttr())
+        self.attrs[iv] = IterAttr(old.kind, old.thread_tag, old.pragmas + ((name, value),))
+        if name == "unroll_explicit":
+            self.unroll(iv)
+
+    # -- attachment -----------------------------------------------------------------------
+    def compute_inline(self):
+        """Substitute this stage's expression into its consumers (no loops, no buffer)."""
+        self._check_compute("compute_inline()")
+        if not isinstance(self.op, ComputeOp) or self.op.is_reduction:
+            raise AttachError(f"compute_inline() on stage {self.name}: a reduction cannot be "
+                              "inlined (it needs its own loops); use compute_at instead")
+        if self.is_output:
+            raise AttachError(f"compute_inline() on stage {self.name}: it is an output of the "
+                              "schedule and must be stored")
+        if len(self.op.outputs) > 1:
+            raise AttachError(f"compute_inline() on stage {self.name}: multi-output computes "
+                              "cannot be inlined")
+        self.attach_type = "inline"
+        self.attach_stage = self.attach_ivar = None
+
+    def compute_root(self):
+        """Compute this stage in its own loop nest at the top level (undoes compute_at/inline)."""
+        self._check_compute("compute_root()")
+        self.attach_type = "root"
+        self.attach_stage = self.attach_ivar = None
+
+    def compute_at(self, parent, iv):
+        """Compute this stage inside ``parent``'s loop ``iv``, the region needed there only."""
+        what = f"compute_at(s[{getattr(parent, 'name', parent)}], {getattr(iv, 'name', iv)})"
+        self._check_compute(what)
+        if isinstance(parent, Tensor):
+            parent = self.schedule[parent]
+        if not isinstance(parent, Stage):
+            raise AttachError(f"{what} on stage {self.name}: expected a stage, e.g. s[C]")
+        if parent is self:
+            raise AttachError(f"{what} on stage {self.name}: a stage cannot be attached to itself")
+        if not isinstance(iv, E.IterVar) or iv not in parent.leaf_iter_vars:
+            legal = self.schedule._legal_attach_points(self)
+            raise AttachError(
+                f"{what}: stage {self.name} cannot be computed at loop "
+                f"{getattr(iv, 'name', iv)} of {parent.name}: it is not a loop of that stage.\n"
+                f"Legal locations for {self.name} are:\n" + "\n".join(f"  {x}" for x in legal))
+        self.schedule._check_attach(self, parent, iv, what)
+        self.attach_type = "scope"
+        self.attach_stage = parent
+        self.attach_ivar = iv
+
+    def set_scope(self, scope):
+        if scope not in ("global", "shared", "local"):
+            raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r}")
+        self.scope = scope
+
+    def storage_align(self, axis, factor, offset):
+        """Pad the row pitch of this stage's buffer at dimension ``axis`` to ``k*factor+offset``."""
+        what = f"storage_align({getattr(axis, 'name', axis)}, {factor}, {offset})"
+        self._check_compute(what)
+        if not isinstance(self.op, ComputeOp) or axis not in self.op.axis:
+            raise ScheduleError(f"{what} on stage {self.name}: expects one of the stage's "
+                                "original data axes")
+        if not isinstance(factor, int) or factor <= 0 or not isinstance(offset, int) or offset < 0:
+            raise ScheduleError(f"{what} on stage {self.name}: factor must be > 0 and offset >= 0")
+        self.storage_align[self.op.axis.index(axis)] = (factor, offset)
+
+
+class ThreadAxis:
+    """A CUDA thread/block index to ``bind`` loops to (``blockIdx.x``, ``threadIdx.y``, ``vthread``)."""
+    TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+            "threadIdx.z", "vthread")
+
+    def __init__(self, tag):
+        if tag not in self.TAGS:
+            raise ScheduleError(f"thread_axis: unknown tag {tag!r}; expected one of "
+                                f"{', '.join(self.TAGS)}")
+        self.thread_tag = tag
+        self.name = tag
+
+    def __repr__(self):
+        return f"thread_axis({self.thread_tag!r})"
+
+
+def thread_axis(tag, name=None):
+    """A CUDA thread index to ``bind`` loops to."""
+    if isinstance(tag, tuple):   # TVM's thread_axis((0, n), "threadIdx.x")
+        tag = name
+    return ThreadAxis(tag)
+
+
+class Schedule:
+    """The schedule of a dataflow graph: one :class:`Stage` per operation."""
+
+    def __init__(self, outputs):
+        if isinstance(outputs, (Tensor, Operation)):
+            outputs = [outputs]
+        outs = []
+        for o in outputs:
+            if isinstance(o, Operation):
+                o = o.output(0)
+            if not isinstance(o, Tensor):
+                raise ScheduleError(f"create_schedule: expected tensors, got {o!r}")
+            outs.append(o)
+        self.outputs = [t.op for t in outs]
+        self.stages = []
+        self.stage_map = {}
+        for op in graph.post_order(outs):
+            st = Stage(op, self)
+            self.stages.append(st)
+            self.stage_map[op] = st
+        for op in self.outputs:
+            self.stage_map[op].is_output = True
+        self.groups = []
+
+    def __getitem__(self, t):
+        op = t.op if isinstance(t, Tensor) else t
+        st = self.stage_map.get(op)
+        if st is None:
+            name = getattr(t, "name", t)
+            raise ScheduleError(f"{name} is not part of this schedule (create_schedule was given "
+                                f"{', '.join(o.name for o in self.outputs)})")
+        return st
+
+    def __repr__(self):
+        return f"Schedule({', '.join(s.name for s in self.stages)})"
+
+    # Legality hooks: the analysis layer (``poly``, which owns isl) registers the real checks
+    # in ``HOOKS`` when it is imported, so this layer never imports the one to its right.
+    def _check_legal(self, stage, iv, what):
+        hook = HOOKS.get("check_loop_kind")
+        if hook is not None:
+            hook(self, stage, iv, what)
+
+    def _check_attach(self, stage, parent, iv, what):
+        hook = HOOKS.get("check_attach")
+        if hook is not None:
+            hook(self, stage, parent, iv, what)
+
+    def _legal_attach_points(self, stage):
+        hook = HOOKS.get("legal_attach_points")
+        return hook(self, stage) if hook is not None else []
+
+    # -- schedule-level primitives live in schedule/cache.py ------------------------------
+    def cache_read(self, tensor, scope, readers):
+        from .cache import cache_read
+        return cache_read(self, tensor, scope, readers)
+
+    def cache_write(self, tensor, scope):
+        from .cache import cache_write
+        return cache_write(self, tensor, scope)
+
+    def rfactor(self, tensor, axis, factor_axis=0):
+        from .cache import rfactor
+        return rfactor(self, tensor, axis, factor_axis)
+
+
+def create_schedule(ops):
+    """Create a schedule for the given output tensor(s), every stage in its default loop nest."""
+    return Schedule(ops)

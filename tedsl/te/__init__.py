@@ -1,0 +1,1 @@
+"""Compute definitions: placeholders, computes, reductions, scans (algorithm only)."""

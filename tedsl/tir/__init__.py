@@ -1,0 +1,1 @@
+"""The loop IR: buffers, loops, stores, allocations; immutable nodes with one printer."""
