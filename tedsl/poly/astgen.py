@@ -87,7 +87,8 @@ class AstConverter:
             call = node.user_get_expr()
             name = call.get_op_arg(0).get_id().get_name()
             stmt = self.program.by_name[name]
-            vals = [self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
+            vals = [E.cast(self.expr(call.get_op_arg(i)), "int64")
+                    for i in range(1, call.get_op_n_arg())]
             return ("user", stmt, vals)
         if t == isl.ast_node_type.mark:
             return self.node(node.mark_get_node())
@@ -101,11 +102,11 @@ class AstConverter:
             iv = entry[0]
             var = E.Var(iv.name, "int64")
             self.env[it] = var
-            lo = self.expr(node.for_get_init())
+            lo = E.cast(self.expr(node.for_get_init()), "int64")
             if node.for_is_degenerate():
                 body = self.node(node.for_get_body())
                 return ("let", iv, stmt.stage, var, lo, body)
-            hi = self._upper(node.for_get_cond(), it)
+            hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
             step = node.for_get_inc().get_val().to_python()
             body = self.node(node.for_get_body())
             return ("for", iv, stmt.stage, var, lo, hi, step, body)

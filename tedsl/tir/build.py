@@ -120,6 +120,9 @@ def from_tree(tree, bufs):
         attr = stage.attrs.get(iv)
         k = _KINDS[attr.kind] if attr is not None else "serial"
         ann = tuple((n, v) for n, v in attr.pragmas) if attr is not None else ()
+        if k == "vectorized":
+            ext = stage.extent(iv)
+            ann += (("lanes", int(ext.value)),)
         return N.For(var, lo, hi, k, from_tree(body, bufs), step,
                      attr.thread_tag if attr is not None else "", ann)
     raise DefinitionError(f"unknown loop tree node {kind}")

@@ -1,0 +1,72 @@
+"""LLVM IR text -> optimised machine code: JIT engines and object files through llvmlite."""
+import functools
+
+from ..errors import CompileError
+
+
+@functools.lru_cache(maxsize=None)
+def init_llvm():
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm
+
+
+def target_machine(mcpu=None, features=None, reloc="default"):
+    """A fresh TargetMachine (an MCJIT engine takes ownership of the one it is given)."""
+    llvm = init_llvm()
+    from .target import host_cpu
+    name, feats = host_cpu()
+    if mcpu is None:
+        mcpu, features = name, feats if features is None else features
+    tgt = llvm.Target.from_triple(llvm.get_process_triple())
+    return tgt.create_target_machine(cpu=mcpu, features=features or "", opt=3, reloc=reloc,
+                                     codemodel="jitdefault" if reloc == "default" else "default")
+
+
+def optimize(ll_text, tm):
+    """Parse, verify and run the O3 pipeline; returns the llvmlite module."""
+    llvm = init_llvm()
+    try:
+        mod = llvm.parse_assembly(ll_text)
+        mod.verify()
+    except RuntimeError as e:
+        numbered = "\n".join(f"{i + 1:5d} | {l}" for i, l in enumerate(ll_text.splitlines()))
+        raise CompileError(f"LLVM rejected the generated IR: {e}\n{numbered}", str(e)) from None
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+class JitEngine:
+    """An MCJIT engine holding one optimised module; keeps its TargetMachine alive."""
+
+    def __init__(self, ll_text, mcpu=None):
+        llvm = init_llvm()
+        self.tm = target_machine(mcpu)
+        self.module = optimize(ll_text, self.tm)
+        self.engine = llvm.create_mcjit_compiler(self.module, self.tm)
+        self.engine.finalize_object()
+        self._asm = None
+
+    def address(self, name):
+        return self.engine.get_function_address(name)
+
+    def optimized_ir(self):
+        return str(self.module)
+
+    def assembly(self):
+        if self._asm is None:
+            tm = target_machine()
+            self._asm = tm.emit_assembly(init_llvm().parse_assembly(str(self.module)))
+        return self._asm
+
+
+def emit_object(ll_text, mcpu=None):
+    """Position-independent object code for a shared library."""
+    tm = target_machine(mcpu, reloc="pic")
+    mod = optimize(ll_text, tm)
+    return tm.emit_object(mod)

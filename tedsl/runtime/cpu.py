@@ -1,0 +1,113 @@
+"""The CPU runtime: JIT-compiled modules, the fast numpy call path, and threads (libgomp)."""
+import ctypes
+import ctypes.util
+import functools
+import os
+import struct
+
+import numpy as np
+
+from ..errors import TedslError
+
+STATUS = {2: (MemoryError, "out of memory while allocating a temporary buffer"),
+          3: (IndexError, "a data-dependent index is out of bounds")}
+
+
+def raise_status(name, rc):
+    kind, msg = STATUS.get(rc, (TedslError, f"kernel returned status {rc}"))
+    if kind is TedslError:
+        raise TedslError(f"{name}: {msg}")
+    raise kind(f"{name}: {msg}")
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_abi():
+    """Offsets of numpy's array and descriptor structs, verified on a live array (else None)."""
+    abi = {"ob_type": 8, "data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56,
+           "flags": 64, "type_num": 28, "byteorder": 26, "ndarray_type": id(np.ndarray),
+           "C_CONTIGUOUS": 0x1, "ALIGNED": 0x100, "WRITEABLE": 0x400}
+    if struct.calcsize("P") != 8:
+        return None
+    try:
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        base = id(a)
+        rd = lambda off, t: t.from_address(base + off).value  # noqa: E731
+        ok = (rd(8, ctypes.c_uint64) == id(np.ndarray)
+              and rd(16, ctypes.c_uint64) == a.ctypes.data
+              and rd(24, ctypes.c_int32) == 2
+              and rd(56, ctypes.c_uint64) == id(a.dtype))
+        dims = rd(32, ctypes.c_uint64)
+        ok = ok and ctypes.c_int64.from_address(dims).value == 2 and \
+            ctypes.c_int64.from_address(dims + 8).value == 3
+        fl = rd(64, ctypes.c_int32)
+        ok = ok and fl & 0x1 and fl & 0x100 and fl & 0x400
+        ok = ok and ctypes.c_int32.from_address(id(a.dtype) + 28).value == a.dtype.num
+        b = np.zeros(3, dtype=">f4")
+        ok = ok and ctypes.c_char.from_address(id(b.dtype) + 26).value == b">"
+        f = np.zeros((2, 3), dtype=np.float32, order="F")
+        ok = ok and not (ctypes.c_int32.from_address(id(f) + 64).value & 0x1)
+    except Exception:   # a layout we do not know: use the checked slow path only
+        return None
+    if not ok:
+        return None
+    nums = {}
+    for d in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64", "float16", "float32", "float64"):
+        nums[d] = np.dtype(d).num
+    nums["bfloat16"] = np.dtype("uint16").num
+    abi["type_nums"] = nums
+    return abi
+
+
+def _serial_gomp():
+    """Stand-ins for libgomp when it is absent: parallel loops then run on one thread."""
+    body_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    par_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                             ctypes.c_int32)
+
+    def gomp_parallel(fn, data, n, flags):
+        body_t(fn)(data)
+    keep = [par_t(gomp_parallel), ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: 0),
+            ctypes.CFUNCTYPE(ctypes.c_int32)(lambda: 1)]
+    return keep
+
+
+_KEEP = []
+
+
+@functools.lru_cache(maxsize=None)
+def init_threads():
+    """Make ``GOMP_parallel`` and ``omp_get_*`` resolvable by JIT code; returns True if real."""
+    from ..codegen.llvm_compile import init_llvm
+    llvm = init_llvm()
+    names = [os.environ.get("TEDSL_GOMP_PATH"), ctypes.util.find_library("gomp"),
+             "libgomp.so.1"]
+    for n in names:
+        if not n:
+            continue
+        try:
+            llvm.load_library_permanently(n)
+            return True
+        except RuntimeError:
+            continue
+    keep = _serial_gomp()
+    _KEEP.extend(keep)
+    for name, f in zip(("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"), keep):
+        llvm.add_symbol(name, ctypes.cast(f, ctypes.c_void_p).value)
+    return False
+
+
+def num_threads():
+    """Threads for parallel loops: ``TEDSL_NUM_THREADS``, default the core count."""
+    v = os.environ.get("TEDSL_NUM_THREADS")
+    if v:
+        try:
+            n = int(v)
+            if n > 0:
+                return n
+        except ValueError:
+            pass
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

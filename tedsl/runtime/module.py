@@ -1,0 +1,153 @@
+"""``Module``: a compiled kernel callable on arrays, with sources, timing and export."""
+import ctypes
+import json
+import statistics
+import time
+
+import numpy as np
+
+from ..errors import ArgumentError
+from . import cpu
+from .signature import bind_arguments, np_dtype
+
+
+class TimingResult:
+    """Seconds per call: ``results`` (one per repeat), ``median``, ``mean``, ``min``."""
+
+    def __init__(self, results):
+        self.results = list(results)
+        self.median = statistics.median(self.results)
+        self.mean = statistics.fmean(self.results)
+        self.min = min(self.results)
+
+    def __repr__(self):
+        return (f"TimingResult(median={self.median * 1e3:.4f} ms, mean={self.mean * 1e3:.4f} ms, "
+                f"repeats={len(self.results)})")
+
+
+class Module:
+    """A compiled kernel.  Call it with numpy arrays / NDArrays / DLPack tensors and scalars."""
+
+    def __init__(self, sig, packed_addr, fast_addr=None, sources=None, keepalive=(),
+                 threads_addr=None):
+        self.signature = sig
+        self.name = sig["name"]
+        self._sources = sources or {}
+        self._keep = list(keepalive)
+        self._nparams = len(sig["params"])
+        self._packed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(packed_addr)
+        self._fast = None
+        if fast_addr:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * self._nparams))
+            self._fast = proto(fast_addr)
+        if threads_addr:
+            ctypes.c_int32.from_address(threads_addr).value = cpu.num_threads()
+        self._threads_addr = threads_addr
+
+    def __call__(self, *args):
+        fast = self._fast
+        if fast is not None and len(args) == self._nparams:
+            rc = fast(*args)
+            if rc == 0:
+                return None
+            if rc != 1:
+                cpu.raise_status(self.name, rc)
+        return self._call_checked(args)
+
+    def _call_checked(self, args):
+        values, env = bind_arguments(self.signature, args)
+        n = self._nparams + len(self.signature["size_vars"])
+        slots = (ctypes.c_uint64 * max(1, n))()
+        for k, (p, v) in enumerate(zip(self.signature["params"], values)):
+            if p["kind"] == "buffer":
+                slots[k] = v.ctypes.data
+            elif p["dtype"].startswith("float") or p["dtype"] == "bfloat16":
+                slots[k] = np.array(float(v), np.float64).view(np.uint64).item()
+            else:
+                slots[k] = int(v) & 0xFFFFFFFFFFFFFFFF
+        for j, name in enumerate(self.signature["size_vars"]):
+            slots[self._nparams + j] = env[name]
+        rc = self._packed(ctypes.addressof(slots))
+        if rc != 0:
+            cpu.raise_status(self.name, rc)
+
+    def set_num_threads(self, n):
+        """Threads used by this module's parallel loops."""
+        if self._threads_addr:
+            ctypes.c_int32.from_address(self._threads_addr).value = int(n)
+
+    def get_source(self, fmt="ll"):
+        """Generated code: ``"ll"`` (optimised LLVM IR), ``"ll-raw"``, ``"asm"``, ``"cuda"``,
+        ``"ptx"`` (for CUDA modules), ``"lowered"`` (the loop IR)."""
+        src = self._sources.get(fmt)
+        if src is None:
+            raise ArgumentError(f"get_source: format {fmt!r} is not available for this module; "
+                                f"available: {', '.join(sorted(self._sources))}")
+        return src() if callable(src) else src
+
+    def time_evaluator(self, number=10, repeat=3, min_repeat_ms=0):
+        """A function that runs the module ``number`` times per repeat and returns timings."""
+        if number < 1 or repeat < 1:
+            raise ArgumentError("time_evaluator: number and repeat must be >= 1")
+
+        def run(*args):
+            self(*args)     # validates once and warms up
+            results = []
+            for _ in range(repeat):
+                k = number
+                while True:
+                    t0 = time.perf_counter()
+                    for _ in range(k):
+                        self(*args)
+                    dt = time.perf_counter() - t0
+                    if dt * 1e3 >= min_repeat_ms or k > 1 << 24:
+                        break
+                    k *= 2
+                results.append(dt / k)
+            return TimingResult(results)
+        return run
+
+    def export_library(self, path):
+        """Write a shared library (C ABI) and a C header next to it."""
+        from .export import export_library
+        return export_library(self, path)
+
+    def __repr__(self):
+        params = ", ".join(p["name"] for p in self.signature["params"])
+        return f"Module({self.name}({params}))"
+
+
+def signature_of(func):
+    """The JSON-able signature of a lowered function."""
+    from ..ir import expr as E
+    from ..ir.simplify import linear, simplify
+    from ..tir import nodes as N
+    from ..codegen.llvm import written_buffers
+    written = set(written_buffers(func))
+
+    def dim(d):
+        d = simplify(d)
+        if isinstance(d, E.Const):
+            return int(d.value)
+        if type(d) is E.Var:
+            return d.name
+        lin = linear(d)
+        if lin is None:
+            raise ArgumentError(f"{func.name}: shape dimension {d!r} must be affine in the sizes")
+        return {"c": lin[1], "t": [[v.name, c] for v, c in lin[0].items()]}
+
+    params = []
+    for p in func.params:
+        if isinstance(p, N.Buffer):
+            params.append({"kind": "buffer", "name": p.name, "dtype": p.dtype,
+                           "shape": [dim(s) for s in p.shape], "written": p in written})
+        else:
+            params.append({"kind": "scalar", "name": p.name, "dtype": p.dtype})
+    return {"name": func.name, "params": params, "size_vars": [v.name for v in func.size_vars]}
+
+
+def signature_json(sig):
+    return json.dumps(sig, sort_keys=True)
+
+
+__all__ = ["Module", "TimingResult", "signature_of", "np_dtype"]

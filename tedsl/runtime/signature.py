@@ -1,0 +1,145 @@
+"""The call signature of a compiled kernel and the checks made on every slow-path call.
+
+The signature is plain data (so that exported libraries carry it as JSON): for each
+parameter its name, kind, dtype and shape, where each dimension is an integer, the name of a
+size variable, or a linear form ``{"c": const, "t": [[name, coef], ...]}``.
+"""
+import numpy as np
+
+from ..errors import ArgumentError, ShapeError
+
+_NP = {"bfloat16": np.dtype("uint16")}
+
+
+def np_dtype(d):
+    return _NP.get(d) or np.dtype(d)
+
+
+def dim_value(dim, env):
+    if isinstance(dim, int):
+        return dim
+    if isinstance(dim, str):
+        return env.get(dim)
+    total = dim["c"]
+    for name, coef in dim["t"]:
+        if name not in env:
+            return None
+        total += coef * env[name]
+    return total
+
+
+def dim_str(dim):
+    if isinstance(dim, (int, str)):
+        return str(dim)
+    parts = [(f"{c}*{n}" if c != 1 else n) for n, c in dim["t"]]
+    if dim["c"]:
+        parts.append(str(dim["c"]))
+    return " + ".join(parts) or "0"
+
+
+def _describe(arr):
+    return f"{type(arr).__name__}"
+
+
+def as_host_array(a, p, position):
+    """The numpy array behind argument ``a`` (numpy, NDArray on cpu, or a DLPack producer)."""
+    if isinstance(a, np.ndarray):
+        return a
+    view = getattr(a, "numpy_view", None)
+    if view is not None:
+        dev = getattr(a, "device", None)
+        if dev is not None and getattr(dev, "kind", "cpu") != "cpu":
+            raise ArgumentError(f"argument {position} ({p['name']}): array is on {dev}, but this "
+                                "module runs on the CPU; copy it with .numpy()")
+        return view()
+    if hasattr(a, "__dlpack__"):
+        dev = a.__dlpack_device__() if hasattr(a, "__dlpack_device__") else (1, 0)
+        if int(dev[0]) != 1:
+            raise ArgumentError(f"argument {position} ({p['name']}): DLPack device {tuple(dev)} "
+                                "is not the CPU; this module runs on the CPU")
+        try:
+            return np.from_dlpack(a)
+        except (TypeError, BufferError, RuntimeError) as e:
+            raise ArgumentError(f"argument {position} ({p['name']}): cannot read it through "
+                                f"DLPack: {e}") from None
+    raise ArgumentError(f"argument {position} ({p['name']}): expected an array of "
+                        f"{p['dtype']}, got {type(a).__name__}")
+
+
+def bind_arguments(sig, args):
+    """Validate ``args`` against ``sig``; returns ``(values, env)``.
+
+    ``values`` holds the numpy array (or the Python scalar) per parameter and ``env`` the size
+    variables bound from the shapes.  Raises ArgumentError / ShapeError naming the argument.
+    """
+    params = sig["params"]
+    if len(args) != len(params):
+        if len(args) < len(params):
+            missing = params[len(args)]
+            raise ArgumentError(
+                f"{sig['name']}() takes {len(params)} arguments "
+                f"({', '.join(p['name'] for p in params)}) but {len(args)} were given; the first "
+                f"missing one is {missing['name']}")
+        raise ArgumentError(f"{sig['name']}() takes {len(params)} arguments "
+                            f"({', '.join(p['name'] for p in params)}) but {len(args)} were given")
+    env = {}
+    origin = {}
+    values = []
+    deferred = []
+    for k, (p, a) in enumerate(zip(params, args)):
+        pos = f"{k} ({p['name']})"
+        if p["kind"] == "scalar":
+            if isinstance(a, (np.ndarray,)) and a.ndim == 0:
+                a = a.item()
+            if isinstance(a, bool) and p["dtype"] != "bool" or not isinstance(
+                    a, (int, float, bool, np.integer, np.floating, np.bool_)):
+                raise ArgumentError(f"argument {pos}: expected a {p['dtype']} scalar, got "
+                                    f"{type(a).__name__} {a!r}")
+            if p["dtype"].startswith(("int", "uint")) and not float(a).is_integer():
+                raise ArgumentError(f"argument {pos}: expected an integer, got {a!r}")
+            values.append(a)
+            continue
+        arr = as_host_array(a, p, pos)
+        want = np_dtype(p["dtype"])
+        if arr.dtype != want and not (p["dtype"] == "bfloat16" and arr.dtype.name == "bfloat16"):
+            raise ArgumentError(f"argument {pos}: dtype is {arr.dtype}, expected {p['dtype']} "
+                                "(arrays are never converted implicitly)")
+        if arr.ndim != len(p["shape"]):
+            raise ShapeError(f"argument {pos}: has {arr.ndim} dimension(s) {arr.shape}, "
+                             f"expected {len(p['shape'])}: "
+                             f"({', '.join(dim_str(d) for d in p['shape'])})")
+        if not arr.flags.c_contiguous:
+            raise ArgumentError(f"argument {pos}: array is not C-contiguous (strides "
+                                f"{arr.strides}); pass np.ascontiguousarray(x) — it is never "
+                                "copied implicitly")
+        if not arr.flags.aligned:
+            raise ArgumentError(f"argument {pos}: array data is not aligned")
+        if p.get("written") and not arr.flags.writeable:
+            raise ArgumentError(f"argument {pos}: array is read-only but the kernel writes it")
+        for d, dim in enumerate(p["shape"]):
+            got = int(arr.shape[d])
+            if isinstance(dim, str) and dim not in env:
+                env[dim] = got
+                origin[dim] = f"{p['name']}.shape[{d}]"
+            else:
+                deferred.append((pos, p, d, dim, got, arr.shape))
+        values.append(arr)
+    for pos, p, d, dim, got, shape in deferred:
+        want = dim_value(dim, env)
+        if want is None:
+            raise ShapeError(f"argument {pos}: cannot determine the size {dim_str(dim)} of "
+                             f"dimension {d}")
+        if want != got:
+            why = ""
+            if isinstance(dim, str):
+                why = f" ({dim} = {env[dim]} from {origin[dim]})"
+            elif not isinstance(dim, int):
+                why = " (" + ", ".join(f"{n} = {env.get(n)}" for n, _ in dim["t"]) + ")"
+            raise ShapeError(f"argument {pos}: dimension {d} is {got}, expected "
+                             f"{dim_str(dim)} = {want}{why}; shape {tuple(shape)}")
+    for v in sig["size_vars"]:
+        if v not in env:
+            raise ShapeError(f"{sig['name']}: size {v} cannot be bound from any argument shape")
+        if env[v] > 2**31 - 1:
+            raise ShapeError(f"{sig['name']}: size {v} = {env[v]} exceeds the int32 range")
+    return values, env

@@ -1,0 +1,42 @@
+"""Full unrolling of loops marked ``unroll`` whose bounds are constants.
+
+Before::
+
+    for k.inner in unrolled(0, 4):
+        C[i] = C[i] + A[i, k.outer * 4 + k.inner]
+
+After::
+
+    C[i] = C[i] + A[i, k.outer * 4]
+    C[i] = C[i] + A[i, k.outer * 4 + 1]
+    ...
+
+A loop whose bounds are not constant (a tail under a non-dividing split) stays a loop.
+"""
+from ..ir import expr as E
+from ..ir.functor import substitute
+from ..ir.simplify import simplify
+from ..tir import nodes as N
+from ..tir.functor import rewrite
+
+MAX_UNROLL = 1024
+
+
+def _subst_stmt(s, var, value):
+    return rewrite(s, None, lambda e: simplify(substitute(e, {var: value})))
+
+
+def _stmt(s):
+    if type(s) is N.For and s.kind == "unrolled":
+        lo, hi = simplify(s.lo), simplify(s.hi)
+        if isinstance(lo, E.Const) and isinstance(hi, E.Const) and \
+                (hi.value - lo.value) // s.step <= MAX_UNROLL:
+            return N.seq([_subst_stmt(s.body, s.var, E.Const(i, "int64"))
+                          for i in range(lo.value, hi.value, s.step)] or [N.Seq([])])
+        return s.replace(kind="serial")
+    return None
+
+
+def unroll(func):
+    """Return ``func`` with constant-bound ``unroll`` loops expanded."""
+    return func.replace(rewrite(func.body, _stmt))
