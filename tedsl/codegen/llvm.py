@@ -395,13 +395,17 @@ class LLVMCodegen(ExprEmitter):
         fields = [v.type for _, v in cap_vars] + [PTR] * len(cap_bufs) + [I64, I64, I32]
         sty = ir.LiteralStructType(fields)
         data = self.alloca(sty)
-        for idx, (_, v) in enumerate(cap_vars):
-            b.store(v, b.gep(data, [ir.Constant(I32, 0), ir.Constant(I32, idx)]))
         off = len(cap_vars)
-        for idx, (_, p) in enumerate(cap_bufs):
-            b.store(p, b.gep(data, [ir.Constant(I32, 0), ir.Constant(I32, off + idx)]))
         nf = len(fields)
-        gep = lambda bb, base, k: bb.gep(base, [ir.Constant(I32, 0), ir.Constant(I32, k)])  # noqa
+        def gep(bb, base, k):
+            idx = [ir.Constant(I32, 0), ir.Constant(I32, k)]
+            if base is data:     # a typed alloca pointer
+                return bb.gep(base, idx)
+            return bb.gep(base, idx, source_etype=sty)
+        for idx, (_, v) in enumerate(cap_vars):
+            b.store(v, gep(b, data, idx))
+        for idx, (_, p) in enumerate(cap_bufs):
+            b.store(p, gep(b, data, off + idx))
         b.store(lo, gep(b, data, nf - 3))
         b.store(hi, gep(b, data, nf - 2))
         b.store(ir.Constant(I32, 0), gep(b, data, nf - 1))

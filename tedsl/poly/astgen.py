@@ -105,11 +105,11 @@ class AstConverter:
             lo = E.cast(self.expr(node.for_get_init()), "int64")
             if node.for_is_degenerate():
                 body = self.node(node.for_get_body())
-                return ("let", iv, stmt.stage, var, lo, body)
+                return ("let", iv, self.program.iv_stage.get(iv, stmt.stage), var, lo, body)
             hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
             step = node.for_get_inc().get_val().to_python()
             body = self.node(node.for_get_body())
-            return ("for", iv, stmt.stage, var, lo, hi, step, body)
+            return ("for", iv, self.program.iv_stage.get(iv, stmt.stage), var, lo, hi, step, body)
         raise InternalError(f"unsupported isl AST node {t}")
 
     def _upper(self, cond, it):

@@ -1,9 +1,52 @@
-"""Legality of schedules against dependences (filled in with the dependence analysis)."""
+"""Legality of schedules against the exact dependences.
+
+* A ``parallel`` / ``vectorize`` loop (or one bound to a GPU thread index) must carry no
+  dependence; checked when the primitive is called and again at ``lower``.
+* Every dependence must still run source before sink in the new schedule, except a
+  reduction's update depending on itself, which associativity lets us reorder (as TVM does).
+* Nested parallel loops are refused.
+"""
+import islpy as isl
+
+from ..errors import DependenceError, ScheduleError
 from ..schedule import schedule as _sched
+from ..te.tensor import ComputeOp
+
+
+def _fix_hint(stage, iv, deps, what):
+    if any(d.is_reduction for d in deps) and iv.kind == "reduce":
+        name = stage.op.outputs[0].name
+        mode = "parallel" if what.startswith("parallel") else "vector lanes" \
+            if what.startswith("vectorize") else "GPU threads"
+        return (f"a reduction loop cannot run in {mode}: use "
+                f"s.rfactor({name}, {iv.name}) to parallelize a reduction, or choose a "
+                "data-parallel loop (" + ", ".join(v.name for v in stage.leaf_iter_vars
+                                                   if v.kind != "reduce") + ")")
+    if any(d.source.kind == "scan_update" for d in deps):
+        return "the scan loop runs in order; parallelize one of the other axes of the update"
+    return ("choose a loop that carries no dependence (te.analysis.is_parallel tells which), or "
+            "reorder so that the dependence is carried by an outer serial loop")
+
+
+def _refuse(stage, iv, what, deps):
+    shown = "\n".join(f"  {d.describe()}" for d in deps[:3])
+    more = f"\n  ... and {len(deps) - 3} more" if len(deps) > 3 else ""
+    raise DependenceError(
+        f"{what} on stage {stage.name}: loop {iv.name} carries a dependence, so its iterations "
+        f"cannot run at the same time:\n{shown}{more}\nFix: {_fix_hint(stage, iv, deps, what)}")
 
 
 def check_loop_kind(schedule, stage, iv, what):
-    return None
+    """Refuse ``parallel`` / ``vectorize`` / ``bind`` of a loop that carries a dependence."""
+    if not isinstance(stage.op, ComputeOp) and not hasattr(stage.op, "scan_axis"):
+        return
+    from .deps import Analysis
+    from .program import build_program
+    deps = Analysis(build_program(schedule)).carried(stage, iv)
+    if what.startswith("bind") and iv.kind == "reduce":
+        return      # a cross-thread reduction: lowered with a combining step
+    if deps:
+        _refuse(stage, iv, what, deps)
 
 
 def check_attach(schedule, stage, parent, iv, what):
@@ -14,8 +57,56 @@ def legal_attach_points(schedule, stage):
     return []
 
 
+_WHAT = {"parallel": "parallel", "vectorize": "vectorize", "thread": "bind"}
+
+
 def check_schedule(program):
-    return None
+    """Check every dependence is respected and every annotated loop is legal; raise if not."""
+    annotated = []
+    for st in program.schedule.stages:
+        for iv, attr in st.attrs.items():
+            if attr.kind in ("parallel", "vectorize") and iv in st.leaf_iter_vars:
+                annotated.append((st, iv, attr.kind))
+    needs_order = any(s.kind not in ("compute", "init", "update", "scan_init", "scan_update")
+                      for s in program.statements) or any(
+        st.attach_type == "scope" for st in program.schedule.stages)
+    if not annotated and not needs_order:
+        return
+    from .deps import Analysis
+    an = Analysis(program)
+    for st, iv, kind in annotated:
+        deps = an.carried(st, iv)
+        if deps:
+            _refuse(st, iv, f"{_WHAT[kind]}({iv.name})", deps)
+    _check_nested_parallel(program)
+    if needs_order:
+        check_order(an)
+
+
+def _check_nested_parallel(program):
+    for s in program.statements:
+        par = [e[0] for e in s.sched if not isinstance(e, int) and
+               (program.iv_stage.get(e[0]) or s.stage).attrs.get(e[0]) is not None and
+               (program.iv_stage.get(e[0]) or s.stage).attrs[e[0]].kind == "parallel"]
+        if len(par) > 1:
+            raise ScheduleError(
+                f"stage {s.stage.name}: loops {par[0].name} and {par[1].name} are both parallel "
+                "and nested; only one loop of a nest may be parallel (fuse them first)")
+
+
+def check_order(an):
+    """Every non-reduction dependence must go forward in the schedule."""
+    lt = an.sched.lex_lt_union_map(an.sched)
+    for d in an.dependences():
+        if d.is_reduction:
+            continue
+        um = isl.UnionMap.from_map(d.relation)
+        bad = um.subtract(lt.intersect(um))
+        if not bad.is_empty():
+            raise DependenceError(
+                f"the schedule computes {d.sink.stage.name} before {d.source.stage.name} has "
+                f"produced what it reads:\n  {d.describe()}\nviolated for: {bad}\nFix: attach "
+                f"{d.source.stage.name} at a loop that encloses its use, or compute it at root")
 
 
 _sched.HOOKS.update(check_loop_kind=check_loop_kind, check_attach=check_attach,

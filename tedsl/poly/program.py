@@ -215,12 +215,14 @@ def size_vars_of(schedule):
 
 def build_program(schedule):
     """The polyhedral statements of ``schedule`` (stages at the root, in dataflow order)."""
+    from .scan import scan_members
     names = IslNames()
     stmts = []
     counter = [0]
     root = 0
+    owned = scan_members(schedule)
     for st in schedule.stages:
-        if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline":
+        if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline" or id(st.op) in owned:
             continue
         if isinstance(st.op, ComputeOp):
             stmts += stage_statements(st, [root], names, schedule, counter)
@@ -229,4 +231,6 @@ def build_program(schedule):
             from .scan import scan_statements
             stmts += scan_statements(st, [root], names, schedule, counter)
             root += 1
-    return Program(schedule, stmts, names, size_vars_of(schedule))
+    prog = Program(schedule, stmts, names, size_vars_of(schedule))
+    prog.iv_stage = {iv: st for st in schedule.stages for iv in st.all_iter_vars}
+    return prog

@@ -212,6 +212,19 @@ class Stage:
         old = self.attrs.get(iv, IterAttr())
         self.attrs[iv] = IterAttr(kind, thread_tag, old.pragmas)
 
+    def _annotate_checked(self, iv, kind, what, thread_tag=""):
+        """Annotate, then check against the dependences; a refused annotation is undone."""
+        old = self.attrs.get(iv)
+        self._annotate(iv, kind, what, thread_tag)
+        try:
+            self.schedule._check_legal(self, iv, what)
+        except Exception:
+            if old is None:
+                del self.attrs[iv]
+            else:
+                self.attrs[iv] = old
+            raise
+
     def _need_const(self, iv, what, hint):
         ext = self.extent(iv)
         c = _const_int(ext) if ext is not None else None
@@ -237,14 +250,12 @@ class Stage:
         self._check_leaf(iv, what)
         self._need_const(iv, what, "vectorize needs a constant extent: split it (e.g. "
                          "factor=16) and vectorize the inner loop")
-        self._annotate(iv, "vectorize", what)
-        self.schedule._check_legal(self, iv, "vectorize")
+        self._annotate_checked(iv, "vectorize", what)
 
     def parallel(self, iv):
         """Run a loop's iterations on several threads."""
         what = f"parallel({getattr(iv, 'name', iv)})"
-        self._annotate(iv, "parallel", what)
-        self.schedule._check_legal(self, iv, "parallel")
+        self._annotate_checked(iv, "parallel", what)
 
     def bind(self, iv, thread_ivar):
         """Map a loop to a CUDA grid/block dimension (``thread_axis("blockIdx.x")``)."""
@@ -252,8 +263,7 @@ class Stage:
         what = f"bind({getattr(iv, 'name', iv)}, {tag})"
         if tag is None:
             raise ScheduleError(f"{what} on stage {self.name}: expected te.thread_axis(...)")
-        self._annotate(iv, "thread", what, tag)
-        self.schedule._check_legal(self, iv, f"bind to {tag}")
+        self._annotate_checked(iv, "thread", what, tag)
 
     def pragma(self, iv, name, value=None):
         """Attach a hint to a loop (``"unroll_explicit"``, ``"parallel_grain"`` ...)."""

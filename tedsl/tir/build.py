@@ -24,6 +24,8 @@ class BufferMap:
         self.params = []
         self.scalars = []
         self.intermediate = []
+        from ..poly.scan import state_resolver
+        self.resolve = state_resolver(self.schedule)
         seen_t = set()
         for a in args:
             if isinstance(a, Tensor):
@@ -41,6 +43,7 @@ class BufferMap:
                                     f"{type(a).__name__} {a!r}")
 
     def of(self, tensor, need=True):
+        tensor = self.resolve(tensor)
         b = self.buffers.get(tensor)
         if b is None:
             for k, v in self.buffers.items():
@@ -68,7 +71,7 @@ def to_tir(expr, bufs):
 
 
 def _store_outputs(stmt, bufs, idx, values):
-    outs = stmt.stage.op.outputs
+    outs = stmt.extra.get("outputs", stmt.stage.op.outputs)
     if len(values) == 1:
         return N.Store(bufs.of(outs[0]), idx, values[0])
     tmps = [E.Var(f"{stmt.stage.name}_v{i}", v.dtype) for i, v in enumerate(values)]
@@ -82,18 +85,15 @@ def statement(stmt, vals, bufs):
     """The loop-IR statement of one instance of ``stmt`` with its iterators set to ``vals``."""
     sub = dict(zip(stmt.iters, vals))
     op = stmt.stage.op
-    if stmt.kind == "scan_update" or stmt.kind == "scan_init":
-        from ..poly.scan import scan_statement
-        return scan_statement(stmt, sub, bufs, to_tir)
     idx = [sub[a.var] for a in op.axis]
-    if stmt.kind == "compute":
+    if stmt.kind in ("compute", "scan_init", "scan_update"):
         values = [to_tir(substitute(b, sub), bufs) for b in stmt.body]
         return _store_outputs(stmt, bufs, idx, values)
     red = stmt.body[0]
     dtypes = [s.dtype for s in red.source]
     if stmt.kind == "init":
         return _store_outputs(stmt, bufs, idx, red.combiner.identity_exprs(dtypes))
-    lhs = [N.BufferLoad(bufs.of(t), idx) for t in op.outputs]
+    lhs = [N.BufferLoad(bufs.of(t), idx) for t in stmt.extra.get("outputs", op.outputs)]
     rhs = [to_tir(substitute(s, sub), bufs) for s in red.source]
     new = red.combiner.combine_exprs(lhs, rhs)
     body = _store_outputs(stmt, bufs, idx, new)

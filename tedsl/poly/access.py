@@ -1,0 +1,127 @@
+"""Access relations: which tensor elements every statement instance reads and writes.
+
+Loads under an affine ``if_then_else`` condition are restricted to the instances where the
+condition holds (so guarded padding reads are exact); loads with a non-affine index read the
+whole tensor as far as the analysis knows (``exact=False``).
+"""
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..ir import expr as E
+from .convert import NotAffine, aff, constraint
+
+
+@dataclass(eq=False)
+class Access:
+    stmt: object
+    tensor: object          # te Tensor
+    kind: str               # "read" | "write"
+    indices: tuple          # te expressions over the statement iterators
+    conds: tuple            # isl constraint texts that guard the access
+    exact: bool             # False when the index is not affine (the whole tensor is assumed)
+    guarded: bool = False   # under a non-affine condition
+
+
+class TensorNames:
+    """Unique isl tuple names for tensors."""
+
+    def __init__(self):
+        self.by_key = {}
+        self.tensors = {}
+
+    def name(self, t):
+        key = (id(t.op), t.value_index)
+        n = self.by_key.get(key)
+        if n is None:
+            base = "".join(c if c.isalnum() else "_" for c in t.name)
+            n = f"T_{base}"
+            k = 0
+            while n in self.tensors:
+                k += 1
+                n = f"T_{base}_{k}"
+            self.by_key[key] = n
+            self.tensors[n] = t
+        return n
+
+
+def _collect_loads(e, conds, guarded, out, names, dims):
+    """Walk ``e`` collecting (TensorLoad, affine conditions, under non-affine guard)."""
+    t = type(e)
+    if t is E.IfThenElse:
+        _collect_loads(e.cond, conds, guarded, out, names, dims)
+        try:
+            c = constraint(e.cond, names, dims)
+            nc = f"not ({c})"
+            _collect_loads(e.t, conds + (c,), guarded, out, names, dims)
+            _collect_loads(e.f, conds + (nc,), guarded, out, names, dims)
+        except NotAffine:
+            _collect_loads(e.t, conds, True, out, names, dims)
+            _collect_loads(e.f, conds, True, out, names, dims)
+        return
+    if t is E.TensorLoad:
+        out.append((e, conds, guarded))
+    for c in e.children():
+        _collect_loads(c, conds, guarded, out, names, dims)
+
+
+def statement_accesses(stmt, program, resolve=None):
+    """All accesses of one statement.  ``resolve(tensor)`` maps a read tensor to the tensor
+    whose storage it reads (scan states read the scan's output)."""
+    names = program.names
+    dims = set(stmt.iters)
+    op = stmt.stage.op
+    resolve = resolve or (lambda x: x)
+    out = []
+    outs = stmt.extra.get("outputs", op.outputs)
+    idx = stmt.extra.get("write_index", tuple(a.var for a in getattr(op, "axis", [])))
+    guard_cons = ()
+    guarded = stmt.guard is not None
+    if stmt.kind in ("compute", "init", "update", "scan_init", "scan_update", "copy"):
+        for t in outs:
+            out.append(Access(stmt, t, "write", tuple(idx), guard_cons, True, guarded))
+    exprs = []
+    if stmt.kind in ("compute", "scan_init", "scan_update", "copy"):
+        exprs = list(stmt.body)
+    elif stmt.kind == "update":
+        red = stmt.body[0]
+        exprs = list(red.source)
+        for t in outs:
+            out.append(Access(stmt, t, "read", tuple(idx), guard_cons, True, guarded))
+    if stmt.guard is not None:
+        exprs.append(stmt.guard)
+    loads = []
+    for e in exprs:
+        _collect_loads(e, (), guarded, loads, names, dims)
+    for ld, conds, g in loads:
+        exact = True
+        try:
+            for i in ld.indices:
+                aff(i, names, dims)
+        except NotAffine:
+            exact = False
+        out.append(Access(stmt, resolve(ld.tensor), "read", ld.indices, conds, exact, g))
+    return out
+
+
+def access_map(acc, program, tnames):
+    """The isl map ``stmt[iters] -> tensor[indices]`` of one access (text -> isl.Map)."""
+    names = program.names
+    s = acc.stmt
+    it = ", ".join(names.name(v) for v in s.iters)
+    dims = set(s.iters)
+    tn = tnames.name(acc.tensor)
+    cons = list(s.constraints) + list(acc.conds)
+    if acc.exact:
+        idx = ", ".join(aff(i, names, dims) for i in acc.indices)
+        body = f"{s.name}[{it}] -> {tn}[{idx}]"
+    else:
+        os_ = [f"o{d}" for d in range(len(acc.tensor.shape))]
+        for d, sh in enumerate(acc.tensor.shape):
+            try:
+                cons.append(f"0 <= o{d} < {aff(sh, names, set())}")
+            except NotAffine:
+                cons.append(f"0 <= o{d}")
+        body = f"{s.name}[{it}] -> {tn}[{', '.join(os_)}]"
+    text = f"{program.params_text()} -> {{ {body} : {' and '.join(cons) or '1 = 1'} }}"
+    return isl.Map(text)
