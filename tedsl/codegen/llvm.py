@@ -113,6 +113,13 @@ class LLVMCodegen(ExprEmitter):
         p.align = align
         return p
 
+    @staticmethod
+    def _opaque(p):
+        """View an alloca as an opaque ``ptr`` (the IR text is the same; llvmlite's builder then
+        accepts element-typed GEPs and vector loads on it)."""
+        p.type = PTR
+        return p
+
     def fail(self, code):
         """Leave the current function with a non-zero status."""
         if self.fail_mode[0] == "ret":
@@ -302,7 +309,7 @@ class LLVMCodegen(ExprEmitter):
         if isinstance(size, E.Const) and size.value <= STACK_LIMIT:
             n = max(1, int(size.value) // dt.itemsize(buf.dtype))
             p = self.alloca(ir.ArrayType(st, n))
-            self.bufptr[buf] = p
+            self.bufptr[buf] = self._opaque(p)
             self.stmt(s.body)
             return
         nbytes = self.expr(size)

@@ -105,23 +105,21 @@ def statement_accesses(stmt, program, resolve=None):
 
 
 def access_map(acc, program, tnames):
-    """The isl map ``stmt[iters] -> tensor[indices]`` of one access (text -> isl.Map)."""
+    """The isl map ``stmt[iters] -> tensor[indices]`` of one access."""
     names = program.names
     s = acc.stmt
-    it = ", ".join(names.name(v) for v in s.iters)
     dims = set(s.iters)
     tn = tnames.name(acc.tensor)
-    cons = list(s.constraints) + list(acc.conds)
+    cons = list(acc.conds)
     if acc.exact:
         idx = ", ".join(aff(i, names, dims) for i in acc.indices)
-        body = f"{s.name}[{it}] -> {tn}[{idx}]"
     else:
-        os_ = [f"o{d}" for d in range(len(acc.tensor.shape))]
+        idx = ", ".join(f"o{d}" for d in range(len(acc.tensor.shape)))
         for d, sh in enumerate(acc.tensor.shape):
             try:
                 cons.append(f"0 <= o{d} < {aff(sh, names, set())}")
             except NotAffine:
                 cons.append(f"0 <= o{d}")
-        body = f"{s.name}[{it}] -> {tn}[{', '.join(os_)}]"
-    text = f"{program.params_text()} -> {{ {body} : {' and '.join(cons) or '1 = 1'} }}"
-    return isl.Map(text)
+    text = (f"{program.params_text()} -> {{ {s.tuple_text(names)} -> {tn}[{idx}] : "
+            f"{' and '.join(cons) or '1 = 1'} }}")
+    return isl.Map(text).intersect_domain(s.domain_set(program))

@@ -135,6 +135,6 @@ def generate(program):
     if not program.statements:
         return ("block", [])
     build = isl.AstBuild.from_context(program.context())
-    smap = program.schedule_map().intersect_domain(program.domain())
+    smap = program.schedule_map()
     node = build.node_from_schedule_map(smap)
     return AstConverter(program).node(node)

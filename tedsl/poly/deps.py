@@ -144,11 +144,7 @@ class Analysis:
         return out
 
     def _sched_of(self, stmt, width):
-        um = self.sched.intersect_domain(isl.UnionSet(
-            f"{self.program.params_text()} -> {{ {stmt.domain_text(self.program.names)} }}"))
-        maps = []
-        um.foreach_map(maps.append)
-        return maps[0]
+        return stmt.schedule_map(self.program, width)
 
 
 def dependences(s):

@@ -49,12 +49,55 @@ def check_loop_kind(schedule, stage, iv, what):
         _refuse(stage, iv, what, deps)
 
 
-def check_attach(schedule, stage, parent, iv, what):
-    return None
+def _readers(schedule, stage):
+    outs = {(id(t.op), t.value_index) for t in stage.op.outputs}
+    out = []
+    for st in schedule.stages:
+        if st is stage:
+            continue
+        if any((id(t.op), t.value_index) in outs for t in st.op.input_tensors()):
+            out.append(st)
+    return out
 
 
 def legal_attach_points(schedule, stage):
-    return []
+    """Python lines for every legal place to compute ``stage``."""
+    name = stage.op.outputs[0].name
+    out = [f"s[{name}].compute_root()"]
+    if isinstance(stage.op, ComputeOp) and not stage.op.is_reduction and not stage.is_output:
+        out.append(f"s[{name}].compute_inline()")
+    readers = _readers(schedule, stage)
+    if len(readers) == 1 and not stage.is_output:
+        c = readers[0]
+        cn = c.op.outputs[0].name
+        out += [f"s[{name}].compute_at(s[{cn}], {iv.name})" for iv in c.leaf_iter_vars]
+    return out
+
+
+def check_attach(schedule, stage, parent, iv, what):
+    """Refuse attach points that cannot hold the stage, listing the legal ones."""
+    legal = "\n".join("  " + x for x in legal_attach_points(schedule, stage))
+    readers = _readers(schedule, stage)
+    why = None
+    if stage.is_output:
+        why = f"{stage.name} is an output of the schedule; outputs are computed at the root"
+    elif parent not in readers:
+        why = f"{parent.name} does not read {stage.name}"
+    elif len(readers) > 1:
+        why = (f"{stage.name} is read by {', '.join(r.name for r in readers)}; compute_at "
+               "needs a single reader (use cache_read to give each reader its own copy)")
+    else:
+        p = parent
+        while p is not None and p.attach_type == "scope":
+            if p.attach_stage is stage:
+                why = f"{parent.name} is itself computed inside {stage.name} (a cycle)"
+                break
+            p = p.attach_stage
+    if why is not None:
+        from ..errors import AttachError
+        raise AttachError(f"{what}: stage {stage.name} cannot be computed at loop {iv.name} of "
+                          f"{parent.name}: {why}.\nLegal locations for {stage.name} are:\n"
+                          f"{legal}")
 
 
 _WHAT = {"parallel": "parallel", "vectorize": "vectorize", "thread": "bind"}

@@ -33,10 +33,25 @@ class Statement:
     body: tuple = ()           # per output: the value expression (te level)
     extra: dict = field(default_factory=dict)
 
-    def domain_text(self, names):
-        it = ", ".join(names.name(v) for v in self.iters)
-        cons = " and ".join(self.constraints) if self.constraints else "1 = 1"
-        return f"{self.name}[{it}] : {cons}"
+    def tuple_text(self, names):
+        return f"{self.name}[{', '.join(names.name(v) for v in self.iters)}]"
+
+    def domain_set(self, program):
+        """The iteration domain as an isl set (cached)."""
+        d = self.extra.get("domain")
+        if d is None:
+            cons = " and ".join(self.constraints) if self.constraints else "1 = 1"
+            d = isl.Set(f"{program.params_text()} -> "
+                        f"{{ {self.tuple_text(program.names)} : {cons} }}")
+            self.extra["domain"] = d
+        return d
+
+    def schedule_map(self, program, width):
+        vec = [str(x) if isinstance(x, int) else x[1] for x in self.sched]
+        vec += ["0"] * (width - len(vec))
+        m = isl.Map(f"{program.params_text()} -> "
+                    f"{{ {self.tuple_text(program.names)} -> [{', '.join(vec)}] }}")
+        return m.intersect_domain(self.domain_set(program))
 
 
 class Program:
@@ -58,8 +73,11 @@ class Program:
         return isl.Set(f"{self.params_text()} -> {{ : {' and '.join(cons) or '1 = 1'} }}")
 
     def domain(self):
-        txt = "; ".join(s.domain_text(self.names) for s in self.statements)
-        return isl.UnionSet(f"{self.params_text()} -> {{ {txt} }}")
+        out = None
+        for s in self.statements:
+            d = isl.UnionSet.from_set(s.domain_set(self))
+            out = d if out is None else out.union(d)
+        return out
 
     def sched_width(self):
         return max((len(s.sched) for s in self.statements), default=1)
@@ -67,14 +85,11 @@ class Program:
     def schedule_map(self, width=None):
         """The isl union map from every statement instance to its time vector (padded)."""
         width = width or self.sched_width()
-        parts = []
+        out = None
         for s in self.statements:
-            vec = [str(x) if isinstance(x, int) else x[1] for x in s.sched]
-            vec += ["0"] * (width - len(vec))
-            it = ", ".join(self.names.name(v) for v in s.iters)
-            cons = " and ".join(s.constraints) if s.constraints else "1 = 1"
-            parts.append(f"{s.name}[{it}] -> [{', '.join(vec)}] : {cons}")
-        return isl.UnionMap(f"{self.params_text()} -> {{ {'; '.join(parts)} }}")
+            m = isl.UnionMap.from_map(s.schedule_map(self, width))
+            out = m if out is None else out.union(m)
+        return out
 
 
 def leaf_values(stage, names):
@@ -224,6 +239,8 @@ def build_program(schedule):
     for st in schedule.stages:
         if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline" or id(st.op) in owned:
             continue
+        if st.attach_type == "scope":
+            continue
         if isinstance(st.op, ComputeOp):
             stmts += stage_statements(st, [root], names, schedule, counter)
             root += 1
@@ -233,4 +250,16 @@ def build_program(schedule):
             root += 1
     prog = Program(schedule, stmts, names, size_vars_of(schedule))
     prog.iv_stage = {iv: st for st in schedule.stages for iv in st.all_iter_vars}
+    prog.footprints = {}
+    attached = [st for st in schedule.stages if st.attach_type == "scope"]
+    if attached:
+        from .attach import attach_stage
+
+        def make(st, prefix, cnt):
+            return stage_statements(st, prefix, names, schedule, cnt)
+        for st in reversed(attached):
+            new, fp = attach_stage(prog, st, prog.statements, make, counter)
+            prog.statements = prog.statements + new
+            prog.by_name.update({x.name: x for x in new})
+            prog.footprints[st] = fp
     return prog

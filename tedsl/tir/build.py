@@ -24,6 +24,8 @@ class BufferMap:
         self.params = []
         self.scalars = []
         self.intermediate = []
+        self.attached = {}
+        self.at_loop = {}
         from ..poly.scan import state_resolver
         self.resolve = state_resolver(self.schedule)
         seen_t = set()
@@ -55,82 +57,141 @@ class BufferMap:
                     "argument list")
             st = self.schedule.stage_map.get(tensor.op)
             scope = st.scope if st is not None else "global"
-            b = N.Buffer(tensor.name, tensor.shape, tensor.dtype, scope)
+            fp = self.program.footprints.get(st)
+            if fp is not None:
+                b = N.Buffer(tensor.name, fp.extent, tensor.dtype, scope,
+                             strides=_aligned_strides(fp.extent, st.storage_align))
+                self.buffers[tensor] = b
+                self.attached[b] = fp
+                self.at_loop.setdefault(fp.iv, []).append(b)
+                return b
+            b = N.Buffer(tensor.name, tensor.shape, tensor.dtype, scope,
+                         strides=_aligned_strides(tensor.shape, st.storage_align)
+                         if st is not None and st.storage_align else None)
             self.buffers[tensor] = b
             self.intermediate.append(b)
         return b
 
+    def offset(self, buf, indices, ovals):
+        """Indices into an attached buffer are relative to the region's minimum."""
+        fp = self.attached.get(buf)
+        if fp is None:
+            return indices
+        sub = dict(zip(fp.o_vars, ovals))
+        return [E.binary("sub", i, substitute(lo, sub)) for i, lo in zip(indices, fp.lo)]
 
-def to_tir(expr, bufs):
-    """Replace tensor loads by buffer loads."""
+
+def _aligned_strides(shape, align):
+    """Row-major strides with ``storage_align`` padding (None when there is none)."""
+    if not align:
+        return None
+    st = [E.Const(1, "int64")] * len(shape)
+    acc = E.Const(1, "int64")
+    for d in range(len(shape) - 1, -1, -1):
+        st[d] = acc
+        ext = E.cast(shape[d], "int64")
+        row = E.binary("mul", acc, ext)
+        if d - 1 in align:
+            f, off = align[d - 1]
+            row = E.binary("add", E.binary("mul", E.binary("floordiv", E.binary(
+                "add", E.binary("sub", row, off), f - 1), f), f), off)
+        acc = row
+    return st
+
+
+def to_tir(expr, bufs, ivenv=None):
+    """Replace tensor loads by buffer loads (attached buffers indexed relative to their region)."""
     def fn(e):
         if type(e) is E.TensorLoad:
-            return N.BufferLoad(bufs.of(e.tensor), e.indices)
+            b = bufs.of(e.tensor)
+            idx = e.indices
+            fp = bufs.attached.get(b)
+            if fp is not None:
+                idx = bufs.offset(b, idx, [ivenv[v] for v in fp.o_ivs])
+            return N.BufferLoad(b, idx)
         return None
     return transform(expr, fn)
 
 
-def _store_outputs(stmt, bufs, idx, values):
+def _store_outputs(stmt, bufs, idx, values, ovals=()):
     outs = stmt.extra.get("outputs", stmt.stage.op.outputs)
     if len(values) == 1:
-        return N.Store(bufs.of(outs[0]), idx, values[0])
+        b = bufs.of(outs[0])
+        return N.Store(b, bufs.offset(b, idx, ovals), values[0])
     tmps = [E.Var(f"{stmt.stage.name}_v{i}", v.dtype) for i, v in enumerate(values)]
-    body = N.seq([N.Store(bufs.of(t), idx, tv) for t, tv in zip(outs, tmps)])
+    body = N.seq([N.Store(bufs.of(t), bufs.offset(bufs.of(t), idx, ovals), tv)
+                  for t, tv in zip(outs, tmps)])
     for tv, v in reversed(list(zip(tmps, values))):
         body = N.LetStmt(tv, v, body)
     return body
 
 
-def statement(stmt, vals, bufs):
+def statement(stmt, vals, bufs, ivenv):
     """The loop-IR statement of one instance of ``stmt`` with its iterators set to ``vals``."""
     sub = dict(zip(stmt.iters, vals))
+    ovals = [sub[v] for v in stmt.extra.get("o_vars", ())]
     op = stmt.stage.op
     idx = [sub[a.var] for a in op.axis]
+    tt = lambda e: to_tir(substitute(e, sub), bufs, ivenv)  # noqa: E731
     if stmt.kind in ("compute", "scan_init", "scan_update"):
-        values = [to_tir(substitute(b, sub), bufs) for b in stmt.body]
-        return _store_outputs(stmt, bufs, idx, values)
+        return _store_outputs(stmt, bufs, idx, [tt(b) for b in stmt.body], ovals)
     red = stmt.body[0]
     dtypes = [s.dtype for s in red.source]
     if stmt.kind == "init":
-        return _store_outputs(stmt, bufs, idx, red.combiner.identity_exprs(dtypes))
-    lhs = [N.BufferLoad(bufs.of(t), idx) for t in stmt.extra.get("outputs", op.outputs)]
-    rhs = [to_tir(substitute(s, sub), bufs) for s in red.source]
+        return _store_outputs(stmt, bufs, idx, red.combiner.identity_exprs(dtypes), ovals)
+    outs = stmt.extra.get("outputs", op.outputs)
+    lhs = [N.BufferLoad(bufs.of(t), bufs.offset(bufs.of(t), idx, ovals)) for t in outs]
+    rhs = [tt(s) for s in red.source]
     new = red.combiner.combine_exprs(lhs, rhs)
-    body = _store_outputs(stmt, bufs, idx, new)
+    body = _store_outputs(stmt, bufs, idx, new, ovals)
     if stmt.guard is not None:
-        body = N.IfThen(to_tir(substitute(stmt.guard, sub), bufs), body)
+        body = N.IfThen(tt(stmt.guard), body)
     return body
 
 
-def from_tree(tree, bufs):
+def from_tree(tree, bufs, ivenv=None):
+    ivenv = {} if ivenv is None else ivenv
     kind = tree[0]
     if kind == "block":
-        return N.seq([from_tree(c, bufs) for c in tree[1]])
+        return N.seq([from_tree(c, bufs, ivenv) for c in tree[1]])
     if kind == "if":
         _, cond, then, other = tree
-        return N.IfThen(cond, from_tree(then, bufs),
-                        from_tree(other, bufs) if other is not None else None)
+        return N.IfThen(cond, from_tree(then, bufs, ivenv),
+                        from_tree(other, bufs, ivenv) if other is not None else None)
     if kind == "user":
-        return statement(tree[1], tree[2], bufs)
+        return statement(tree[1], tree[2], bufs, ivenv)
     if kind == "let":
         _, iv, stage, var, value, body = tree
-        return N.LetStmt(var, value, from_tree(body, bufs))
+        inner = dict(ivenv)
+        inner[iv] = var
+        return N.LetStmt(var, value, _with_allocs(iv, from_tree(body, bufs, inner), bufs))
     if kind == "for":
         _, iv, stage, var, lo, hi, step, body = tree
+        inner = dict(ivenv)
+        inner[iv] = var
         attr = stage.attrs.get(iv)
         k = _KINDS[attr.kind] if attr is not None else "serial"
         ann = tuple((n, v) for n, v in attr.pragmas) if attr is not None else ()
         if k == "vectorized":
             ext = stage.extent(iv)
             ann += (("lanes", int(ext.value)),)
-        return N.For(var, lo, hi, k, from_tree(body, bufs), step,
-                     attr.thread_tag if attr is not None else "", ann)
+        b = _with_allocs(iv, from_tree(body, bufs, inner), bufs)
+        return N.For(var, lo, hi, k, b, step, attr.thread_tag if attr is not None else "", ann)
     raise DefinitionError(f"unknown loop tree node {kind}")
+
+
+def _with_allocs(iv, body, bufs):
+    for b in reversed(bufs.at_loop.get(iv, [])):
+        body = N.Allocate(b, body)
+    return body
 
 
 def build_func(program, tree, args, name):
     """The ``PrimFunc`` of the program: parameters, size variables, allocations, body."""
     bufs = BufferMap(program, args)
+    for fp in program.footprints.values():      # register attached buffers before the walk
+        for t in fp.stage.op.outputs:
+            bufs.of(t)
     body = from_tree(tree, bufs)
     for b in reversed(bufs.intermediate):
         body = N.Allocate(b, body)

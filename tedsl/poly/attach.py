@@ -1,0 +1,155 @@
+"""``compute_at``: a producer computed inside a consumer's loop, over exactly the region needed.
+
+For a producer P attached at loop ``L_a`` of consumer C, let ``o = (L_0, ..., L_a)`` be C's
+loop values down to the attach point.  isl composes C's schedule prefix with C's reads of P:
+
+    R = { [o] -> P[x] : some instance c of C with prefix(c) = o reads P[x] }
+
+P's statements get ``o`` as extra outer dimensions and the domain ``{ [o, x] : x in R(o) }``
+(halos and strided windows exactly, reads under affine ``if_then_else`` only where taken).
+P's buffer is allocated inside ``L_a``; its extent per dimension is the maximum over ``o`` of
+``max R(o) - min R(o) + 1`` (not an interval hull of the whole access), and indices are
+shifted by ``min R(o)``.
+"""
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from ..errors import AttachError
+from ..ir import expr as E
+from .access import TensorNames, statement_accesses
+from .astgen import AstConverter
+
+
+@dataclass(eq=False)
+class Footprint:
+    """The buffer of an attached tensor: offsets (functions of the outer loops) and extents."""
+    stage: object
+    iv: object                   # the consumer loop it is attached at
+    o_ivs: list                  # consumer loops L_0..L_a
+    o_vars: list                 # Vars standing for those loops in ``lo``
+    lo: list = field(default_factory=list)       # Expr per dimension (over o_vars, sizes)
+    extent: list = field(default_factory=list)   # Expr per dimension (sizes only)
+
+
+def _prefix_pos(stmt, iv):
+    for d, e in enumerate(stmt.sched):
+        if not isinstance(e, int) and e[0] is iv:
+            return d
+    return None
+
+
+def _pw_to_expr(pa, program, n_o, o_vars):
+    """Convert a PwAff over ``[o] `` (set dims) and parameters into an expression."""
+    names = program.names
+    npar = pa.dim(isl.dim_type.param)
+    if n_o:
+        pa = pa.move_dims(isl.dim_type.param, npar, isl.dim_type.in_, 0, n_o)
+        for i, v in enumerate(o_vars):
+            pa = pa.set_dim_id(isl.dim_type.param, npar + i, isl.Id(names.name(v)))
+    ctx = isl.Set.universe(pa.get_domain_space().params())
+    build = isl.AstBuild.from_context(ctx)
+    return AstConverter(program).expr(build.expr_from_pw_aff(pa.coalesce()))
+
+
+def attach_stage(program, pstage, statements, make_statements, counter):
+    """Create the statements of ``pstage`` attached at ``pstage.attach_ivar`` of its target."""
+    cstage, iv = pstage.attach_stage, pstage.attach_ivar
+    tnames = TensorNames()
+    outs = list(pstage.op.outputs)
+    out_keys = {(id(t.op), t.value_index) for t in outs}
+    consumers = [s for s in statements if s.stage is cstage]
+    readers = []
+    for s in consumers:
+        acc = [a for a in statement_accesses(s, program) if a.kind == "read" and
+               (id(a.tensor.op), a.tensor.value_index) in out_keys]
+        if acc:
+            readers.append((s, acc))
+    if not readers:
+        raise AttachError(f"compute_at: stage {cstage.name} does not read {pstage.name}")
+    pos = None
+    for s, _ in readers:
+        p = _prefix_pos(s, iv)
+        if p is None:
+            raise AttachError(
+                f"{pstage.name}.compute_at(s[{cstage.name}], {iv.name}): the {s.kind} statement "
+                f"of {cstage.name} reads {pstage.name} outside loop {iv.name}")
+        pos = p
+    ref = readers[0][0]
+    o_ivs = [e[0] for e in ref.sched[:pos + 1] if not isinstance(e, int)]
+    o_vars = [E.Var(f"{v.name}", "int64") for v in o_ivs]
+    names = program.names
+    o_names = [names.name(v) for v in o_vars]
+    # region R: [o] -> T[x]
+    region = None
+    for s, accs in readers:
+        loops = [e[1] for e in s.sched[:pos + 1] if not isinstance(e, int)]
+        pm = isl.Map(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
+                     f"[{', '.join(loops)}] }}").intersect_domain(s.domain_set(program))
+        for a in accs:
+            if not a.exact:
+                raise AttachError(
+                    f"{pstage.name}.compute_at(s[{cstage.name}], {iv.name}): {cstage.name} reads "
+                    f"{pstage.name} with a non-affine index, so the region to compute at each "
+                    "iteration cannot be derived; use compute_root")
+            from .access import access_map
+            rd = access_map(a, program, tnames)
+            r = pm.reverse().apply_range(rd)
+            region = r if region is None else region.union(r)
+    t0 = outs[0]
+    shape_cons = []
+    from .convert import aff
+    xs = [f"x{d}" for d in range(len(t0.shape))]
+    for d, sh in enumerate(t0.shape):
+        shape_cons.append(f"0 <= x{d} < {aff(sh, names, set())}")
+    tn = tnames.name(t0)
+    box = isl.Set(f"{program.params_text()} -> {{ {tn}[{', '.join(xs)}] : "
+                  f"{' and '.join(shape_cons) or '1 = 1'} }}")
+    region = region.intersect_range(box).coalesce()
+    fp = Footprint(pstage, iv, o_ivs, o_vars)
+    n_o = len(o_ivs)
+    r = len(t0.shape)
+    for d in range(r):
+        rd = region.project_out(isl.dim_type.out, d + 1, r - d - 1) \
+            .project_out(isl.dim_type.out, 0, d)
+        lo = rd.lexmin_pw_multi_aff().get_pw_aff(0)
+        hi = rd.lexmax_pw_multi_aff().get_pw_aff(0)
+        ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
+        emax = isl.Map.from_pw_aff(ext).range().dim_max(0)
+        fp.lo.append(_pw_to_expr(lo, program, n_o, o_vars))
+        fp.extent.append(_pw_to_expr(emax, program, 0, []))
+    # the producer's statements, with o as outer dimensions
+    prefix = []
+    k = 0
+    for e in ref.sched[:pos + 1]:
+        if isinstance(e, int):
+            prefix.append(e)
+        else:
+            prefix.append((e[0], o_names[k]))
+            k += 1
+    prefix.append(0)
+    new = make_statements(pstage, prefix, counter)
+    # region as a set over [o, x]
+    reg_set = region.wrap().flatten()
+    for s in new:
+        xdims = [names.name(a.var) for a in pstage.op.axis]
+        it = ", ".join(names.name(v) for v in s.iters)
+        # { [o, x] -> S[o, iters] } keeps instances whose x lies in R(o)
+        m = isl.Map(f"{program.params_text()} -> {{ [{', '.join(o_names + xdims)}] -> "
+                    f"{s.name}[{', '.join(o_names)}, {it}] }}")
+        dom = m.intersect_domain(reg_set).range()
+        s.iters = o_vars + s.iters
+        s.extra["domain"] = dom.intersect(isl.Set(
+            f"{program.params_text()} -> {{ {s.tuple_text(names)} : "
+            f"{' and '.join(s.constraints) or '1 = 1'} }}")).coalesce()
+        s.extra["o_vars"] = o_vars
+    # the consumer statements sharing the prefix now run after the producer
+    key = _key(ref.sched[:pos + 1])
+    for s in statements:
+        if len(s.sched) > pos + 1 and _key(s.sched[:pos + 1]) == key:
+            s.sched[pos + 1] += 1
+    return new, fp
+
+
+def _key(entries):
+    return tuple(e if isinstance(e, int) else id(e[0]) for e in entries)
