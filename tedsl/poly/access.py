@@ -79,7 +79,7 @@ def statement_accesses(stmt, program, resolve=None):
     guarded = stmt.guard is not None
     if stmt.kind in ("compute", "init", "update", "scan_init", "scan_update", "copy"):
         for t in outs:
-            out.append(Access(stmt, t, "write", tuple(idx), guard_cons, True, guarded))
+            out.append(Access(stmt, resolve(t), "write", tuple(idx), guard_cons, True, guarded))
     exprs = []
     if stmt.kind in ("compute", "scan_init", "scan_update", "copy"):
         exprs = list(stmt.body)
@@ -87,7 +87,7 @@ def statement_accesses(stmt, program, resolve=None):
         red = stmt.body[0]
         exprs = list(red.source)
         for t in outs:
-            out.append(Access(stmt, t, "read", tuple(idx), guard_cons, True, guarded))
+            out.append(Access(stmt, resolve(t), "read", tuple(idx), guard_cons, True, guarded))
     if stmt.guard is not None:
         exprs.append(stmt.guard)
     loads = []

@@ -56,12 +56,14 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     """Create the statements of ``pstage`` attached at ``pstage.attach_ivar`` of its target."""
     cstage, iv = pstage.attach_stage, pstage.attach_ivar
     tnames = TensorNames()
-    outs = list(pstage.op.outputs)
+    from .scan import state_resolver
+    resolve = state_resolver(program.schedule)
+    outs = [resolve(t) for t in pstage.op.outputs]
     out_keys = {(id(t.op), t.value_index) for t in outs}
     consumers = [s for s in statements if s.stage is cstage]
     readers = []
     for s in consumers:
-        acc = [a for a in statement_accesses(s, program) if a.kind == "read" and
+        acc = [a for a in statement_accesses(s, program, resolve) if a.kind == "read" and
                (id(a.tensor.op), a.tensor.value_index) in out_keys]
         if acc:
             readers.append((s, acc))

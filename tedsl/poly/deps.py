@@ -124,17 +124,16 @@ class Analysis:
         return None
 
     def carried(self, stage, iv):
-        """Dependences carried by loop ``iv`` of ``stage`` (their instances differ only there
-        and in inner loops)."""
-        d = self.loop_dim(stage, iv)
-        if d is None:
-            return []
+        """Dependences carried by loop ``iv``: source and sink share the loops above it and
+        run in different iterations of it."""
         width = self.program.sched_width()
         out = []
         for dep in self.dependences():
-            src_s = self._sched_of(dep.source, width)
-            dst_s = self._sched_of(dep.sink, width)
-            rel = dep.relation.apply_domain(src_s).apply_range(dst_s)
+            d = _pos(dep.source, iv)
+            if d is None or _pos(dep.sink, iv) != d:
+                continue
+            rel = dep.relation.apply_domain(self._sched_of(dep.source, width)) \
+                .apply_range(self._sched_of(dep.sink, width))
             delta = rel.deltas()
             for p in range(d):
                 delta = delta.fix_val(isl.dim_type.set, p, 0)
@@ -145,6 +144,13 @@ class Analysis:
 
     def _sched_of(self, stmt, width):
         return stmt.schedule_map(self.program, width)
+
+
+def _pos(stmt, iv):
+    for d, e in enumerate(stmt.sched):
+        if not isinstance(e, int) and e[0] is iv:
+            return d
+    return None
 
 
 def dependences(s):

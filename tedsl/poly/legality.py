@@ -50,12 +50,13 @@ def check_loop_kind(schedule, stage, iv, what):
 
 
 def _readers(schedule, stage):
-    outs = {(id(t.op), t.value_index) for t in stage.op.outputs}
+    key = lambda t: (id(schedule.storage_tensor(t).op), t.value_index)  # noqa: E731
+    outs = {key(t) for t in stage.op.outputs}
     out = []
     for st in schedule.stages:
         if st is stage:
             continue
-        if any((id(t.op), t.value_index) in outs for t in st.op.input_tensors()):
+        if any(key(t) in outs for t in st.op.input_tensors()):
             out.append(st)
     return out
 

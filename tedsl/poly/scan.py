@@ -32,6 +32,7 @@ def state_resolver(schedule):
                 alias[id(t.op)] = st.op.outputs[k % len(st.op.outputs)]
 
     def resolve(t):
+        t = schedule.storage_tensor(t)
         return alias.get(id(t.op), t)
     return resolve
 

@@ -382,6 +382,18 @@ class Schedule:
             self.stage_map[op].is_output = True
         self.groups = []
 
+    def storage_current(self, t):
+        """The tensor of the stage's current operation for a user tensor ``t``."""
+        st = self.stage_map.get(t.op)
+        return st.op.outputs[t.value_index] if st is not None else t
+
+    def storage_tensor(self, t):
+        """The user-visible tensor whose buffer holds ``t`` (rewritten stages keep it)."""
+        st = self.stage_map.get(t.op)
+        if st is not None and st.origin_op is not t.op:
+            return st.origin_op.outputs[t.value_index]
+        return t
+
     def __getitem__(self, t):
         op = t.op if isinstance(t, Tensor) else t
         st = self.stage_map.get(op)

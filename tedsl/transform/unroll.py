@@ -28,11 +28,12 @@ def _subst_stmt(s, var, value):
 
 def _stmt(s):
     if type(s) is N.For and s.kind == "unrolled":
-        lo, hi = simplify(s.lo), simplify(s.hi)
-        if isinstance(lo, E.Const) and isinstance(hi, E.Const) and \
-                (hi.value - lo.value) // s.step <= MAX_UNROLL:
-            return N.seq([_subst_stmt(s.body, s.var, E.Const(i, "int64"))
-                          for i in range(lo.value, hi.value, s.step)] or [N.Seq([])])
+        lo = simplify(s.lo)
+        ext = simplify(E.binary("sub", s.hi, s.lo))
+        if isinstance(ext, E.Const) and ext.value // s.step <= MAX_UNROLL:
+            # a constant trip count (the bounds may move with outer loops)
+            return N.seq([_subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i)))
+                          for i in range(0, ext.value, s.step)] or [N.Seq([])])
         return s.replace(kind="serial")
     return None
 
