@@ -139,6 +139,75 @@ def _r(e):
     return e if r is None else r
 
 
-def simplify(e):
-    """Simplify an expression (returns a new expression; ``e`` is not changed)."""
+def bounds(e, ranges):
+    """Interval ``(lo, hi)`` (inclusive) of an affine integer expression, or None."""
+    lin = linear(e)
+    if lin is None:
+        return None
+    lo = hi = lin[1]
+    for v, c in lin[0].items():
+        r = ranges.get(v)
+        if r is None:
+            return None
+        a, b = c * r[0], c * r[1]
+        lo += min(a, b)
+        hi += max(a, b)
+    return lo, hi
+
+
+def _range_rule(ranges):
+    """floordiv / floormod of ``k*q + r`` by ``k`` where ``0 <= r < k`` is known."""
+    def rule(e):
+        r = _rule(e)
+        e = e if r is None else r
+        if type(e) is E.Binary and e.op in ("floordiv", "floormod") and \
+                isinstance(e.b, E.Const) and e.b.value > 0 and dt.is_int(e.dtype):
+            lin = linear(e.a)
+            if lin is not None:
+                k = e.b.value
+                q = {v: c // k for v, c in lin[0].items() if c % k == 0}
+                rest = {v: c for v, c in lin[0].items() if c % k != 0}
+                qc, rc = divmod(lin[1], k)
+                b = bounds(from_linear(rest, rc, e.dtype), ranges)
+                if b is not None and 0 <= b[0] and b[1] < k:
+                    if e.op == "floordiv":
+                        return from_linear(q, qc, e.dtype)
+                    return from_linear(rest, rc, e.dtype)
+        if type(e) is E.Binary and e.op in ("min", "max") and dt.is_int(e.dtype):
+            ba, bb = bounds(e.a, ranges), bounds(e.b, ranges)
+            if ba is not None and bb is not None:
+                if e.op == "min":
+                    if ba[1] <= bb[0]:
+                        return e.a
+                    if bb[1] <= ba[0]:
+                        return e.b
+                else:
+                    if ba[0] >= bb[1]:
+                        return e.a
+                    if bb[0] >= ba[1]:
+                        return e.b
+        if type(e) is E.Cmp and dt.is_int(e.a.dtype):
+            bd = bounds(E.binary("sub", e.a, e.b), ranges)
+            if bd is not None:
+                lo, hi = bd
+                res = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0),
+                       "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
+                       "eq": (lo == hi == 0, lo > 0 or hi < 0),
+                       "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.op]
+                if res[0]:
+                    return E.Const(True, "bool")
+                if res[1]:
+                    return E.Const(False, "bool")
+        return None if r is None else e
+    return rule
+
+
+def simplify(e, ranges=None):
+    """Simplify an expression (returns a new expression; ``e`` is not changed).
+
+    ``ranges`` maps loop variables to inclusive ``(lo, hi)`` bounds, which enables the
+    division, modulo, min/max and comparison rules that need them.
+    """
+    if ranges:
+        return transform(e, _range_rule(ranges))
     return transform(e, _rule)

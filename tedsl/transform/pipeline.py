@@ -6,6 +6,7 @@ from ..schedule.schedule import Schedule
 from ..tir.build import build_func
 from . import simplify as simplify_pass
 from . import verify
+from .normalize import normalize_loops
 
 
 def lower(s, args, name="main", simple_mode=False):
@@ -20,5 +21,7 @@ def lower(s, args, name="main", simple_mode=False):
     tree = astgen.generate(prog)             # isl's AST generator decides every loop
     func = build_func(prog, tree, list(args), name)   # statements -> stores, allocations
     func = simplify_pass.simplify(func)      # constant folding, affine normal form
+    func = normalize_loops(func)             # unit-step loops start at 0
+    func = simplify_pass.simplify(func)      # resolve // % min and guards with loop ranges
     func = verify.check_defined(func)        # every variable defined before use
     return func

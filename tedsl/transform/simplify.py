@@ -1,31 +1,89 @@
-"""Simplify every expression of a function; drop empty loops and constant branches.
+"""Simplify every expression of a function, using the loop ranges; drop dead code.
+
+Loop variables of loops with constant trip counts get ranges, which lets the simplifier
+resolve ``//`` and ``%`` of tiled indices, ``min`` of tail bounds and guard conditions.
 
 Before::
 
-    for i.inner in range(0, min(32, 64 - 32*i.outer)):   # with i.outer < 2 known to isl
-        C[i.outer * 32 + i.inner - 0] = A[...] * 1
+    for j.inner in range(0, 16):                 # j.outer * 16 + j.inner < 64 known
+        if j.outer * 16 + j.inner < j.outer * 16 + 16:
+            C[(j.outer * 16 + j.inner) // 16] = ...
 
 After::
 
-    for i.inner in range(0, min(32, 64 - i.outer * 32)):
-        C[i.outer * 32 + i.inner] = A[...]
+    for j.inner in range(0, 16):
+        C[j.outer] = ...
 """
 from ..ir import expr as E
-from ..ir.simplify import simplify as simplify_expr
+from ..ir.simplify import simplify as simplify_expr, bounds
 from ..tir import nodes as N
-from ..tir.functor import rewrite
 
 
-def _stmt(s):
-    t = type(s)
-    if t is N.IfThen and isinstance(s.cond, E.Const):
-        return s.then if s.cond.value else (s.else_ if s.else_ is not None else N.Seq([]))
-    if t is N.For and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const) \
-            and s.hi.value <= s.lo.value:
-        return N.Seq([])
+def _max_of(e, ranges):
+    e = simplify_expr(e, ranges)
+    if isinstance(e, E.Const):
+        return e.value
+    b = bounds(e, ranges)
+    if b is not None:
+        return b[1]
+    if type(e) is E.Binary and e.op == "min":
+        vals = [v for v in (_max_of(e.a, ranges), _max_of(e.b, ranges)) if v is not None]
+        return min(vals) if vals else None
     return None
 
 
+def _min_of(e, ranges):
+    e = simplify_expr(e, ranges)
+    if isinstance(e, E.Const):
+        return e.value
+    b = bounds(e, ranges)
+    if b is not None:
+        return b[0]
+    if type(e) is E.Binary and e.op == "max":
+        vals = [v for v in (_min_of(e.a, ranges), _min_of(e.b, ranges)) if v is not None]
+        return max(vals) if vals else None
+    return None
+
+
+def _go(s, ranges):
+    t = type(s)
+    f = lambda e: simplify_expr(e, ranges)  # noqa: E731
+    if t is N.Seq:
+        return N.seq([_go(c, ranges) for c in s.stmts] or [N.Seq([])])
+    if t is N.For:
+        lo, hi = f(s.lo), f(s.hi)
+        if isinstance(lo, E.Const) and isinstance(hi, E.Const) and hi.value <= lo.value:
+            return N.Seq([])
+        inner = dict(ranges)
+        a, b = _min_of(lo, ranges), _max_of(hi, ranges)
+        if a is not None and b is not None and s.step == 1:
+            inner[s.var] = (a, b - 1)
+        return s.replace(lo=lo, hi=hi, body=_go(s.body, inner))
+    if t is N.LetStmt:
+        v = f(s.value)
+        inner = ranges
+        if isinstance(v, E.Const) and isinstance(v.value, int):
+            inner = dict(ranges)
+            inner[s.var] = (v.value, v.value)
+        return N.LetStmt(s.var, v, _go(s.body, inner))
+    if t is N.IfThen:
+        c = f(s.cond)
+        if isinstance(c, E.Const):
+            if c.value:
+                return _go(s.then, ranges)
+            return _go(s.else_, ranges) if s.else_ is not None else N.Seq([])
+        return N.IfThen(c, _go(s.then, ranges),
+                        _go(s.else_, ranges) if s.else_ is not None else None)
+    if t is N.Store:
+        return N.Store(s.buffer, [f(i) for i in s.indices], f(s.value))
+    if t is N.Allocate:
+        return N.Allocate(s.buffer, _go(s.body, ranges))
+    if t is N.Evaluate:
+        return N.Evaluate(f(s.value))
+    return s
+
+
 def simplify(func):
-    """Return ``func`` with simplified expressions."""
-    return func.replace(rewrite(func.body, _stmt, simplify_expr))
+    """Return ``func`` with simplified expressions (range-aware) and dead branches removed."""
+    ranges = {}
+    return func.replace(_go(func.body, ranges))
