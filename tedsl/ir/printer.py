@@ -72,7 +72,11 @@ def _s(e, ctx):
 
 def _wrap(e, prec, ctx, right=False, op=None):
     s, p = _p(e, ctx)
-    if p < prec or (right and p == prec and op not in ("add", "mul", "and", "or")):
+    child = e.op if type(e) is E.Binary else None
+    # a right operand of equal precedence needs brackets unless the operation is associative
+    # and the same (a + (b - c) would read as (a + b) - c, but a * (b * c) is fine)
+    assoc = op in ("add", "mul", "and", "or") and child in (op, "add" if op == "add" else op)
+    if p < prec or (right and p == prec and not assoc):
         return f"({s})"
     return s
 

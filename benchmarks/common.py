@@ -1,0 +1,126 @@
+"""Helpers shared by the benchmark scripts: machine description, timing, results file.
+
+Every script measures one thing and calls :func:`write_results` with a markdown table; that
+replaces only the script's own section of ``benchmarks/RESULTS.md``, between the markers
+``<!-- section:NAME -->`` and ``<!-- /section:NAME -->``, and keeps the other sections.
+"""
+import datetime
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "RESULTS.md"
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:            # run from a source checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+TITLE = "# tedsl benchmark results"
+_MACHINE_BEGIN, _MACHINE_END = "<!-- machine -->", "<!-- /machine -->"
+
+
+def cpu_model():
+    """The CPU's model name from ``/proc/cpuinfo`` (``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description():
+    """One line naming the CPU, core count, OS, Python, numpy and llvmlite versions.
+
+    Returns
+    -------
+    str
+    """
+    import llvmlite
+    import numpy as np
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{cpu_model()}, {cores} cores available, {platform.system()} "
+            f"{platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, "
+            f"llvmlite {llvmlite.__version__}")
+
+
+def median_of_repeats(fn, number, repeat, warmup=1):
+    """Time ``fn()``: the median over ``repeat`` rounds of the mean time of ``number`` calls.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no arguments.
+    number : int
+        Calls per round; the round's time is divided by it.
+    repeat : int
+        Rounds.
+    warmup : int
+        Untimed rounds run first.
+
+    Returns
+    -------
+    float
+        Seconds per call.
+    """
+    for _ in range(warmup):
+        for _ in range(number):
+            fn()
+    rounds = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        rounds.append((time.perf_counter() - t0) / number)
+    return statistics.median(rounds)
+
+
+def markdown_table(header, rows):
+    """A markdown table from a header tuple and rows of already formatted cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_results(section, markdown_table, path=RESULTS):
+    """Replace section ``section`` of ``RESULTS.md`` with ``markdown_table``; keep the others.
+
+    The machine description and the date on top of the file are refreshed too.
+
+    Parameters
+    ----------
+    section : str
+        Section name (letters, digits, ``_`` and ``-``).
+    markdown_table : str
+        The section's body: usually a heading line, a table and a note.
+    path : pathlib.Path, optional
+        The results file (default ``benchmarks/RESULTS.md``).
+    """
+    if not re.fullmatch(r"[\w-]+", section):
+        raise ValueError(f"write_results: bad section name {section!r}")
+    path = Path(path)
+    text = path.read_text(encoding="utf-8") if path.exists() else TITLE + "\n"
+    begin, end = f"<!-- section:{section} -->", f"<!-- /section:{section} -->"
+    block = f"{begin}\n{markdown_table.strip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    today = datetime.date.today().isoformat()
+    machine = (f"{_MACHINE_BEGIN}\nLast updated {today} on: {machine_description()}\n"
+               f"{_MACHINE_END}")
+    mpat = re.compile(re.escape(_MACHINE_BEGIN) + r".*?" + re.escape(_MACHINE_END), re.DOTALL)
+    if mpat.search(text):
+        text = mpat.sub(lambda _: machine, text, count=1)
+    else:       # right under the title
+        first, _, rest = text.partition("\n")
+        text = f"{first}\n\n{machine}\n{rest}"
+    path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,311 @@
+"""The ``python -m tedsl`` command line: ``demo``, ``bench`` and ``tune``.
+
+``demo`` is the main job: it builds two scheduled kernels on this machine, checks them against
+numpy, prints the lowered loops of one and a small timing table.  Progress goes to stderr and
+results to stdout, so ``python -m tedsl demo > out.txt`` keeps only the results.
+
+Examples
+--------
+>>> from tedsl.cli import main
+>>> main(["demo", "--small"])          # doctest: +SKIP
+0
+"""
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# The tile sizes of the demo's matmul schedule (see ``schedule_matmul``): a 4 x 64 tile of C
+# is 16 AVX-512 registers, so LLVM keeps it in registers across the k loop.
+MATMUL_TILE = (4, 64)
+MATMUL_K_SPLIT = 4
+
+
+def _progress(msg):
+    """One progress line on stderr."""
+    print(f"[tedsl] {msg}", file=sys.stderr, flush=True)
+
+
+def _median_seconds(fn, number, repeat):
+    """Median over ``repeat`` rounds of the mean time of ``number`` calls of ``fn()``."""
+    fn()
+    rounds = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        rounds.append((time.perf_counter() - t0) / number)
+    return float(np.median(rounds))
+
+
+def _matches(name, got, want, **tol):
+    """Compare with numpy; on a mismatch say so on stderr and return False."""
+    try:
+        np.testing.assert_allclose(got, want, **tol)
+    except AssertionError as err:
+        print(f"tedsl demo: {name} does NOT match numpy:{err}", file=sys.stderr)
+        return False
+    return True
+
+
+def schedule_matmul(n):
+    """The demo's matmul ``C = A @ B`` on ``n x n`` float32 and its schedule.
+
+    Parameters
+    ----------
+    n : int
+        Matrix size.
+
+    Returns
+    -------
+    s : tedsl.Schedule
+        Tiled ``MATMUL_TILE``; the reduction split by ``MATMUL_K_SPLIT``, moved outside the
+        tile and its inner part unrolled; the tile's columns vectorized; rows of tiles in
+        parallel.
+    args : list of tedsl.Tensor
+        ``[A, B, C]``.
+    """
+    import tedsl as te
+    A = te.placeholder((n, n), "float32", name="A")
+    B = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], *MATMUL_TILE)
+    ko, ki = s[C].split(k, factor=MATMUL_K_SPLIT)
+    s[C].reorder(io, jo, ko, ki, ii, ji)
+    s[C].unroll(ki)
+    s[C].vectorize(ji)
+    s[C].parallel(io)
+    return s, [A, B, C]
+
+
+def schedule_elementwise():
+    """The demo's elementwise kernel ``C = exp(A) * B + 1`` (symbolic length) and its schedule.
+
+    Returns
+    -------
+    s : tedsl.Schedule
+        The loop split by 16, the inner loop vectorized and the outer one parallel.
+    args : list of tedsl.Tensor
+        ``[A, B, C]``.
+    """
+    import tedsl as te
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.placeholder((n,), "float32", name="B")
+    C = te.compute((n,), lambda i: te.exp(A[i]) * B[i] + 1, name="C")
+    s = te.create_schedule(C)
+    outer, inner = s[C].split(C.op.axis[0], factor=16)
+    s[C].vectorize(inner)
+    s[C].parallel(outer)
+    return s, [A, B, C]
+
+
+def demo(small=False):
+    """Build, check and time two kernels against numpy; print the loops and a table.
+
+    Parameters
+    ----------
+    small : bool
+        Use small sizes (a smoke test of a few seconds).
+
+    Returns
+    -------
+    int
+        The exit status (0: both kernels match numpy).
+    """
+    t_start = time.perf_counter()
+    _progress("importing tedsl")
+    import tedsl as te
+    from tedsl.runtime.cpu import num_threads
+
+    n_mm = 64 if small else 512
+    n_ew = 1 << (12 if small else 22)
+    number, repeat = (2, 3) if small else (5, 5)
+    rng = np.random.default_rng(0)
+    rows = []
+
+    # -- matmul ---------------------------------------------------------------------------
+    _progress(f"building matmul {n_mm}x{n_mm}x{n_mm} float32")
+    t0 = time.perf_counter()
+    s, args = schedule_matmul(n_mm)
+    lowered = te.lower(s, args, name="matmul")
+    f_mm = te.build(s, args, target="llvm", name="matmul")
+    build_mm = time.perf_counter() - t0
+    a = rng.random((n_mm, n_mm), dtype=np.float32)
+    b = rng.random((n_mm, n_mm), dtype=np.float32)
+    c = np.empty((n_mm, n_mm), np.float32)
+    _progress("checking matmul against numpy (float64 reference)")
+    f_mm(a, b, c)
+    if not _matches("matmul", c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4):
+        return 1
+    _progress("timing matmul")
+    t_te = f_mm.time_evaluator(number=number, repeat=repeat)(a, b, c).median
+    c_np = np.empty_like(c)
+    t_np = _median_seconds(lambda: np.matmul(a, b, out=c_np), number, repeat)
+    gflop = 2.0 * n_mm ** 3 / 1e9
+    rows.append((f"matmul {n_mm}^3", build_mm, t_te, t_np, f"{gflop / t_te:.1f} GFLOP/s"))
+
+    # -- elementwise ----------------------------------------------------------------------
+    _progress(f"building elementwise C = exp(A) * B + 1 on {n_ew} float32")
+    t0 = time.perf_counter()
+    s, args = schedule_elementwise()
+    f_ew = te.build(s, args, target="llvm", name="exp_mul_add")
+    build_ew = time.perf_counter() - t0
+    a = rng.standard_normal(n_ew, dtype=np.float32)
+    b = rng.standard_normal(n_ew, dtype=np.float32)
+    c = np.empty(n_ew, np.float32)
+    _progress("checking elementwise against numpy")
+    f_ew(a, b, c)
+    if not _matches("elementwise", c, np.exp(a) * b + 1, rtol=1e-5, atol=1e-6):
+        return 1
+    _progress("timing elementwise")
+    t_te = f_ew.time_evaluator(number=number, repeat=repeat)(a, b, c).median
+    c_np = np.empty_like(c)
+
+    def numpy_ew():
+        np.exp(a, out=c_np)
+        np.multiply(c_np, b, out=c_np)
+        np.add(c_np, 1, out=c_np)
+
+    t_np = _median_seconds(numpy_ew, number, repeat)
+    gbs = 3 * 4 * n_ew / 1e9
+    rows.append((f"exp(A)*B+1 n={n_ew}", build_ew, t_te, t_np, f"{gbs / t_te:.1f} GB/s"))
+
+    # -- report ---------------------------------------------------------------------------
+    print(f"Lowered loops of the matmul (tile {MATMUL_TILE[0]}x{MATMUL_TILE[1]}, k split by "
+          f"{MATMUL_K_SPLIT}, moved outside the tile, k.inner unrolled, j.inner vectorized, "
+          "i.outer parallel):\n")
+    print(lowered)
+    print()
+    print(_table(rows))
+    print(f"\ntedsl threads: {num_threads()} (TEDSL_NUM_THREADS); "
+          f"times are medians of {repeat} repeats x {number} calls; "
+          "ratio = numpy time / tedsl time (above 1: tedsl is faster).")
+    _progress(f"done in {time.perf_counter() - t_start:.1f} s; both kernels match numpy")
+    return 0
+
+
+def _table(rows):
+    """A markdown table of ``(kernel, build s, tedsl s, numpy s, throughput)`` rows."""
+    head = ("kernel", "build", "tedsl", "numpy", "ratio", "tedsl throughput")
+    body = [(name, f"{bt * 1e3:.0f} ms", f"{tt * 1e3:.3f} ms", f"{tn * 1e3:.3f} ms",
+             f"{tn / tt:.2f}", thr) for name, bt, tt, tn, thr in rows]
+    widths = [max(len(r[i]) for r in (head, *body)) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(x.ljust(w) for x, w in zip(r, widths)) + " |"  # noqa
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(head), sep, *map(line, body)])
+
+
+def _benchmarks_dir():
+    """``benchmarks/`` of a source checkout: the current directory's, else the package's
+    parent's (``benchmarks/`` is not installed with the package)."""
+    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        d = base / "benchmarks"
+        if d.is_dir():
+            return d
+    return None
+
+
+def bench(names=()):
+    """Run the benchmark scripts of ``benchmarks/`` (all, or those named) one by one.
+
+    Returns
+    -------
+    int
+        0 if every script succeeded, else the first failing exit status; 2 if there is no
+        ``benchmarks/`` directory or a named script does not exist.
+    """
+    d = _benchmarks_dir()
+    if d is None:
+        print("tedsl bench: no benchmarks/ directory here; run it from a source checkout "
+              "of tedsl", file=sys.stderr)
+        return 2
+    scripts = sorted(p for p in d.glob("*.py") if p.name not in ("common.py", "__init__.py")
+                     and not p.name.startswith("_"))
+    if names:
+        known = {p.stem: p for p in scripts}
+        missing = [n for n in names if n.removesuffix(".py") not in known]
+        if missing:
+            print(f"tedsl bench: unknown benchmark(s) {', '.join(missing)}; available: "
+                  f"{', '.join(sorted(known)) or 'none'}", file=sys.stderr)
+            return 2
+        scripts = [known[n.removesuffix(".py")] for n in names]
+    if not scripts:
+        print(f"tedsl bench: no benchmark scripts in {d}", file=sys.stderr)
+        return 2
+    status = 0
+    for p in scripts:
+        _progress(f"running {p.name}")
+        rc = subprocess.call([sys.executable, str(p)], cwd=d.parent)
+        if rc != 0:
+            _progress(f"{p.name} failed with exit status {rc}")
+            status = status or rc
+    return status
+
+
+def tune(argv):
+    """Delegate to ``tedsl.tune`` when it exists; otherwise say so and return 2."""
+    spec = importlib.util.find_spec("tedsl.tune")
+    if spec is None or spec.origin in (None, "namespace"):
+        print("tedsl tune: schedule tuning is not available in this version of tedsl "
+              "(the tedsl.tune module is missing)", file=sys.stderr)
+        return 2
+    import tedsl.tune as tune_mod
+    entry = getattr(tune_mod, "main", None)
+    if callable(entry):
+        return entry(argv) or 0
+    print("Schedule tuning is provided by the Python module tedsl.tune "
+          "(see help(tedsl.tune)); it has no command-line entry point.")
+    return 0
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m tedsl",
+        description="tedsl: tensor expressions and schedules compiled by isl + LLVM.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    d = sub.add_parser("demo", help="build, check and time scheduled kernels against numpy",
+                       description="Build a scheduled matmul and an elementwise kernel, check "
+                                   "them against numpy and time both (about 20 s).")
+    d.add_argument("--small", action="store_true",
+                   help="small sizes, a few seconds (also: TEDSL_DEMO_SMALL=1)")
+    b = sub.add_parser("bench", help="run the scripts in benchmarks/ (source checkout)",
+                       description="Run the benchmark scripts of benchmarks/; each updates "
+                                   "its section of benchmarks/RESULTS.md.")
+    b.add_argument("names", nargs="*", help="benchmark names (default: all)")
+    t = sub.add_parser("tune", help="schedule exploration (tedsl.tune)",
+                       description="Schedule exploration, provided by tedsl.tune.")
+    t.add_argument("args", nargs=argparse.REMAINDER, help="arguments for tedsl.tune")
+    return p
+
+
+def main(argv=None):
+    """Run the command line; returns the exit status.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments without the program name (default: ``sys.argv[1:]``).
+    """
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    if not argv[0].startswith("-") and argv[0] not in ("demo", "bench", "tune"):
+        print(f"python -m tedsl: unknown command {argv[0]!r}; choose one of: demo, bench, "
+              "tune (see python -m tedsl --help)", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)       # exits 2 with a message on bad options
+    if args.command == "demo":
+        return demo(small=args.small or os.environ.get("TEDSL_DEMO_SMALL") == "1")
+    if args.command == "bench":
+        return bench(args.names)
+    return tune(args.args)
