@@ -358,7 +358,10 @@ class LLVMCodegen(ExprEmitter):
 
     # -- SIMD ---------------------------------------------------------------------------------
     def _vector_for(self, s):
-        W = dict(s.annotations).get("lanes")
+        ext = simplify(E.binary("sub", s.hi, s.lo))
+        W = _max_trip(ext)
+        if W is None:
+            W = dict(s.annotations).get("lanes")
         ok = W is not None and s.step == 1 and _vectorizable(s.body)
         if not ok:
             if W is not None:
@@ -366,7 +369,6 @@ class LLVMCodegen(ExprEmitter):
                               "holds a loop or an allocation; it runs as scalar code",
                               stacklevel=2)
             return self._serial_loop(s, self.expr(s.lo), self.expr(s.hi))
-        ext = simplify(E.binary("sub", s.hi, s.lo))
         if isinstance(ext, E.Const) and ext.value == W:
             return self._vector_body(s, W)
         lo, hi = self.expr(s.lo), self.expr(s.hi)
@@ -615,6 +617,16 @@ def _nodes(e):
     from ..ir.functor import walk
     walk(e, out.append)
     return out
+
+
+def _max_trip(ext):
+    """The largest trip count of a loop whose extent is a constant or ``min(c, ...)``."""
+    if isinstance(ext, E.Const):
+        return int(ext.value)
+    if type(ext) is E.Binary and ext.op == "min":
+        vals = [v for v in (_max_trip(ext.a), _max_trip(ext.b)) if v is not None]
+        return min(vals) if vals else None
+    return None
 
 
 def _vectorizable(s):
