@@ -124,3 +124,21 @@ def write_results(section, markdown_table, path=RESULTS):
         text = f"{first}\n\n{machine}\n{rest}"
     path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
     return path
+
+
+def blas_threads():
+    """A setter for the number of threads of numpy's bundled OpenBLAS (None if not found)."""
+    import ctypes
+    import glob
+    import numpy as np
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
+                                  "libscipy_openblas*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for sym in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                    "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                return fn
+    return None
