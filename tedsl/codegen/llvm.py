@@ -185,6 +185,12 @@ class LLVMCodegen(ExprEmitter):
             return self.b.trunc(u, ir.VectorType(I16, lanes) if lanes > 1 else I16)
         return v
 
+    def _vector_ptrs(self, buf, idx, st, W):
+        """``<W x ptr>`` element addresses for a gather / scatter."""
+        p = self.b.gep(self._ptr(buf), [idx], inbounds=True, source_etype=st)
+        p.type = ir.VectorType(PTR, W)     # llvmlite types a vector GEP as a scalar pointer
+        return p
+
     def load(self, buf, indices, dtype):
         flat = flat_index(buf, indices)
         st = storage_type(buf.dtype)
@@ -214,7 +220,7 @@ class LLVMCodegen(ExprEmitter):
             return self._from_storage(v, buf.dtype)
         fv = self.bc(self.expr(flat))
         self._check_index(buf, flat, fv)
-        ptrs = self.b.gep(self._ptr(buf), [fv], inbounds=True, source_etype=st)
+        ptrs = self._vector_ptrs(buf, fv, st, W)
         mask = self.mask if self.mask is not None else ir.Constant(ir.VectorType(I1, W),
                                                                    [1] * W)
         v = self.intrinsic(f"llvm.masked.gather.v{W}{_sfx(st)}.v{W}p0", vt,
@@ -247,7 +253,7 @@ class LLVMCodegen(ExprEmitter):
         v = self._to_storage(self.bc(val), buf.dtype)
         fv = self.bc(self.expr(flat))
         self._check_index(buf, flat, fv)
-        ptrs = self.b.gep(self._ptr(buf), [fv], inbounds=True, source_etype=st)
+        ptrs = self._vector_ptrs(buf, fv, st, W)
         mask = self.mask if self.mask is not None else ir.Constant(ir.VectorType(I1, W),
                                                                    [1] * W)
         self.intrinsic(f"llvm.masked.scatter.v{W}{_sfx(st)}.v{W}p0", ir.VoidType(),

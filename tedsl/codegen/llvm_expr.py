@@ -122,6 +122,18 @@ class ExprEmitter:
             return v
         lanes = v.type.count if is_vec(v) else 1
         tt = self.ty(dst, lanes)
+        f32 = ir.VectorType(F32, lanes) if lanes > 1 else F32
+        f64 = ir.VectorType(F64, lanes) if lanes > 1 else F64
+        # half precision goes through float: no compiler-rt helper calls in JIT code, and a
+        # round-to-odd step to float keeps float64 -> float16 / bfloat16 correctly rounded
+        if src == "float16" and dst != "float32":
+            return self.cast(b.fpext(v, f32), "float32", dst)
+        if dst in ("float16", "bfloat16") and src not in ("float32", "float16", "bfloat16"):
+            wide = src == "float64" or (dt.is_int(src) and dt.bits(src) >= 32)
+            if wide:
+                x = v if src == "float64" else self.cast(v, src, "float64")
+                return self.cast(self._f64_to_f32_odd(x, f32), "float32", dst)
+            return self.cast(self.cast(v, src, "float32"), "float32", dst)
         if dst == "bool":
             if dt.is_float(src):
                 return b.fcmp_unordered("!=", v, self.bc(self.const(0, src), lanes) if lanes > 1
@@ -155,6 +167,23 @@ class ExprEmitter:
         if src == "bool" or dt.is_uint(src):
             return b.zext(v, tt)
         return b.sext(v, tt)
+
+    def _f64_to_f32_odd(self, x, f32):
+        """float64 -> float32 rounding to odd (exact results stay; inexact ones get an odd
+        last bit), so that a second rounding to a narrower type is correctly rounded."""
+        b = self.b
+        lanes = f32.count if isinstance(f32, ir.VectorType) else 1
+        it = ir.VectorType(I32, lanes) if lanes > 1 else I32
+        c = lambda k: ir.Constant(it, [k] * lanes) if lanes > 1 else ir.Constant(it, k)  # noqa
+        t = b.fptrunc(x, f32)
+        back = b.fpext(t, x.type)
+        inexact = b.fcmp_unordered("!=", back, x)
+        fabs = lambda y: self.intrinsic(f"llvm.fabs.{self._suffix(y.type)}", y.type, [y])  # noqa
+        toward_zero = b.and_(inexact, b.fcmp_ordered(">", fabs(back), fabs(x)))
+        u = b.bitcast(t, it)
+        u = b.select(toward_zero, b.sub(u, c(1)), u)
+        u = b.select(inexact, b.or_(u, c(1)), u)
+        return b.bitcast(u, f32)
 
     def round_bf16(self, v):
         """Round a float (vector) to the nearest bfloat16 value, ties to even."""
@@ -203,6 +232,13 @@ class ExprEmitter:
                 raise InternalError(f"float operation {op}")
             return self.round_bf16(out) if dtype == "bfloat16" else out
         unsigned = dt.is_uint(dtype) or dtype == "bool"
+        if dtype == "bool":      # numpy: + is logical or, * is logical and
+            if op in ("add", "max", "bitor"):
+                return b.or_(a, c)
+            if op in ("mul", "min", "bitand"):
+                return b.and_(a, c)
+            if op == "bitxor":
+                return b.xor(a, c)
         if op == "add":
             return b.add(a, c)
         if op == "sub":

@@ -359,8 +359,11 @@ def binary(op, a, b):
             raise DTypeError(f"bitwise '{op}' needs integer operands, got {a.dtype} and {b.dtype}")
     else:
         rd = dt.promote(a.dtype, b.dtype)
-        if rd == "bool" and op not in ("min", "max"):
-            rd = "int32" if op != "div" else "float64"
+        if rd == "bool" and op not in ("min", "max", "add", "mul"):
+            if op == "sub":
+                raise DTypeError("subtracting booleans is not supported (as in numpy); use ^ "
+                                 "or cast to an integer first")
+            rd = "int8"
     a, b = cast(a, rd), cast(b, rd)
     if isinstance(a, Const) and isinstance(b, Const):
         v = _fold_arith(op, a.value, b.value, rd)

@@ -43,14 +43,20 @@ class AstConverter:
             return v
         op = e.get_op_type()
         args = [self.expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
-        if op in _OPS:
-            return E.binary(_OPS[op], args[0], args[1])
+        if op in _OPS:      # isl's min / max (and sums) may take more than two operands
+            out = args[0]
+            for a in args[1:]:
+                out = E.binary(_OPS[op], out, a)
+            return out
         if op == _T.minus:
             return E.binary("sub", E.Const(0, args[0].dtype), args[0])
         if op in _CMPS:
             return E.compare(_CMPS[op], args[0], args[1])
         if op in _LOGIC:
-            return E.logical(_LOGIC[op], args[0], args[1])
+            out = args[0]
+            for a in args[1:]:
+                out = E.logical(_LOGIC[op], out, a)
+            return out
         if op in (_T.select, _T.cond):
             return E.select(args[0], args[1], args[2])
         raise InternalError(f"unsupported isl AST operation {op}")

@@ -96,10 +96,11 @@ def leaf_values(stage, names):
     """isl text of every iterator of ``stage`` in terms of the stage's root iterators."""
     val = {}
     begin = {}
+    dims = {iv.var for iv in stage.root_iter_vars}
     for iv in stage.root_iter_vars:
         val[iv] = names.name(iv.var)
         try:
-            begin[iv] = aff(iv.begin, names, set()) if iv.begin is not None else "0"
+            begin[iv] = aff(iv.begin, names, dims) if iv.begin is not None else "0"
         except NotAffine:
             raise DefinitionError(f"stage {stage.name}: the lower bound of {iv.name} "
                                   f"({iv.begin!r}) is not affine")
