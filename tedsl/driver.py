@@ -49,6 +49,9 @@ def build_llvm(func, tgt):
     fast = engine.address(f"{name}_pyentry") if abi is not None and \
         all(isinstance(p, N.Buffer) for p in func.params) else None
     sig = signature_of(func)
+    if cg.checks_indices:
+        sig["checks_indices"] = True
+        fast = None        # the checked path keeps the outputs to restore them on failure
     sources = {"ll": engine.optimized_ir, "ll-raw": text, "asm": engine.assembly,
                "lowered": lowered}
     mod = Module(sig, engine.address(name), fast, sources, keepalive=[engine],

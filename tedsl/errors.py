@@ -41,6 +41,14 @@ class ShapeError(ArgumentError):
     """A call whose array shapes do not match the signature or each other."""
 
 
+class BoundsError(TedslError, IndexError):
+    """A data-dependent index fell outside its tensor at run time."""
+
+
+class OutOfMemoryError(TedslError, MemoryError):
+    """A kernel could not allocate a temporary buffer."""
+
+
 class CompileError(TedslError, RuntimeError):
     """Compilation failed; ``.log`` holds the compiler's log."""
 

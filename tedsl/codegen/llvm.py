@@ -92,6 +92,7 @@ class LLVMCodegen(ExprEmitter):
         self.nthreads = ir.GlobalVariable(self.module, I32, name=f"{self.name}_num_threads")
         self.nthreads.initializer = ir.Constant(I32, 0)
         self.lane_start_var = None
+        self.checks_indices = False
 
     # -- function frames ----------------------------------------------------------------------
     def _begin(self, fn, fail_mode):
@@ -153,6 +154,7 @@ class LLVMCodegen(ExprEmitter):
                   dt.is_float(x.value.dtype) for x in _nodes(flat))
         if not dyn:
             return
+        self.checks_indices = True
         size = self.expr(simplify(buf.size()))
         size = self.bc(size) if is_vec(flat_val) else size
         bad = self.b.or_(self.b.icmp_signed("<", flat_val, ir.Constant(flat_val.type, None)),

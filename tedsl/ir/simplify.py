@@ -49,6 +49,8 @@ def from_linear(coeffs, c, dtype):
     out = None
     if coeffs and c > 0 and all(k < 0 for k in coeffs.values()):
         out, c = E.Const(c, dtype), 0     # 999 - 32*i rather than 0 - 32*i + 999
+    # positive terms first: i + 1 - 4*k rather than 0 - 4*k + i + 1
+    coeffs = dict(sorted(coeffs.items(), key=lambda kv: kv[1] < 0))
     for v, k in coeffs.items():
         term_neg = k < 0
         mag = -k if term_neg else k

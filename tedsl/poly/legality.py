@@ -114,10 +114,11 @@ def check_schedule(program):
     needs_order = any(s.kind not in ("compute", "init", "update", "scan_init", "scan_update")
                       for s in program.statements) or any(
         st.attach_type == "scope" for st in program.schedule.stages)
-    if not annotated and not needs_order:
-        return
     from .deps import Analysis
     an = Analysis(program)
+    check_bounds(an)
+    if not annotated and not needs_order:
+        return
     for st, iv, kind in annotated:
         deps = an.carried(st, iv)
         if deps:
@@ -136,6 +137,49 @@ def _check_nested_parallel(program):
             raise ScheduleError(
                 f"stage {s.stage.name}: loops {par[0].name} and {par[1].name} are both parallel "
                 "and nested; only one loop of a nest may be parallel (fuse them first)")
+
+
+def check_bounds(an):
+    """Every affine access must stay inside its tensor's shape (proved by isl, for all sizes)."""
+    from ..errors import DefinitionError
+    from .access import access_map
+    from .convert import NotAffine, aff
+    prog = an.program
+    for a in an.accesses:
+        if not a.exact or a.guarded:
+            continue
+        t = a.tensor
+        try:
+            cons = [f"0 <= x{d} < {aff(sh, prog.names, set())}" for d, sh in enumerate(t.shape)]
+        except NotAffine:
+            continue
+        m = access_map(a, prog, an.tnames)
+        xs = ", ".join(f"x{d}" for d in range(len(t.shape)))
+        box = isl.Set(f"{prog.params_text()} -> {{ {an.tnames.name(t)}[{xs}] : "
+                      f"{' and '.join(cons) or '1 = 1'} }}")
+        ctx = prog.context()
+        bad = m.intersect_params(ctx).subtract_range(box)
+        if bad.is_empty():
+            continue
+        pt = bad.wrap().sample_point()
+        sp = bad.wrap().get_space()
+        names = [n for n in bad.get_var_names(isl.dim_type.in_)]
+        vals = []
+        for i, n in enumerate(names):
+            vals.append(f"{n} = {pt.get_coordinate_val(isl.dim_type.set, i).to_python()}")
+        npar = sp.dim(isl.dim_type.param)
+        for i in range(npar):
+            vals.append(f"{sp.get_dim_name(isl.dim_type.param, i)} = "
+                        f"{pt.get_coordinate_val(isl.dim_type.param, i).to_python()}")
+        idx = [pt.get_coordinate_val(isl.dim_type.set, len(names) + d).to_python()
+               for d in range(len(t.shape))]
+        verb = "reads" if a.kind == "read" else "writes"
+        shape = ", ".join(repr(x) for x in t.shape)
+        raise DefinitionError(
+            f"stage {a.stmt.stage.name} {verb} {t.name}[{', '.join(repr(i) for i in a.indices)}] "
+            f"outside {t.name}'s shape ({shape}): for example at {', '.join(vals)} the index is "
+            f"{t.name}{idx}. Guard the access with te.if_then_else(<in range>, "
+            f"{t.name}[...], <value>) or fix the index.")
 
 
 def check_order(an):

@@ -7,16 +7,15 @@ import struct
 
 import numpy as np
 
-from ..errors import TedslError
+from ..errors import BoundsError, OutOfMemoryError, TedslError
 
-STATUS = {2: (MemoryError, "out of memory while allocating a temporary buffer"),
-          3: (IndexError, "a data-dependent index is out of bounds")}
+STATUS = {2: (OutOfMemoryError, "out of memory while allocating a temporary buffer"),
+          3: (BoundsError, "a data-dependent index is out of bounds (the outputs were left "
+                           "untouched)")}
 
 
 def raise_status(name, rc):
     kind, msg = STATUS.get(rc, (TedslError, f"kernel returned status {rc}"))
-    if kind is TedslError:
-        raise TedslError(f"{name}: {msg}")
     raise kind(f"{name}: {msg}")
 
 

@@ -56,6 +56,11 @@ class Module:
 
     def _call_checked(self, args):
         values, env = bind_arguments(self.signature, args)
+        backup = None
+        if self.signature.get("checks_indices"):
+            # a run-time index check may stop the kernel half-way: keep the outputs to restore
+            backup = [(v, v.copy()) for p, v in zip(self.signature["params"], values)
+                      if p["kind"] == "buffer" and p.get("written")]
         n = self._nparams + len(self.signature["size_vars"])
         slots = (ctypes.c_uint64 * max(1, n))()
         for k, (p, v) in enumerate(zip(self.signature["params"], values)):
@@ -69,6 +74,8 @@ class Module:
             slots[self._nparams + j] = env[name]
         rc = self._packed(ctypes.addressof(slots))
         if rc != 0:
+            for v, saved in backup or ():
+                np.copyto(v, saved)
             cpu.raise_status(self.name, rc)
 
     def set_num_threads(self, n):

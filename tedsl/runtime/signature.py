@@ -49,20 +49,20 @@ def as_host_array(a, p, position):
     if view is not None:
         dev = getattr(a, "device", None)
         if dev is not None and getattr(dev, "kind", "cpu") != "cpu":
-            raise ArgumentError(f"argument {position} ({p['name']}): array is on {dev}, but this "
+            raise ArgumentError(f"argument {position}: array is on {dev}, but this "
                                 "module runs on the CPU; copy it with .numpy()")
         return view()
     if hasattr(a, "__dlpack__"):
         dev = a.__dlpack_device__() if hasattr(a, "__dlpack_device__") else (1, 0)
         if int(dev[0]) != 1:
-            raise ArgumentError(f"argument {position} ({p['name']}): DLPack device {tuple(dev)} "
+            raise ArgumentError(f"argument {position}: DLPack device {tuple(dev)} "
                                 "is not the CPU; this module runs on the CPU")
         try:
             return np.from_dlpack(a)
         except (TypeError, BufferError, RuntimeError) as e:
-            raise ArgumentError(f"argument {position} ({p['name']}): cannot read it through "
+            raise ArgumentError(f"argument {position}: cannot read it through "
                                 f"DLPack: {e}") from None
-    raise ArgumentError(f"argument {position} ({p['name']}): expected an array of "
+    raise ArgumentError(f"argument {position}: expected an array of "
                         f"{p['dtype']}, got {type(a).__name__}")
 
 

@@ -364,6 +364,9 @@ class Schedule:
     def __init__(self, outputs):
         if isinstance(outputs, (Tensor, Operation)):
             outputs = [outputs]
+        if not isinstance(outputs, (list, tuple)) or not outputs:
+            raise ScheduleError(f"create_schedule: expected a tensor or a list of tensors, got "
+                                f"{type(outputs).__name__} {outputs!r}")
         outs = []
         for o in outputs:
             if isinstance(o, Operation):

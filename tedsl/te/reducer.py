@@ -37,17 +37,30 @@ class CommReducer:
                                   f"for {len(dtypes)} dtype(s)")
         return [E.cast(E.as_expr(o, d), d) for o, d in zip(out, dtypes)]
 
-    def __call__(self, expr, axis=None, where=None, init=None):
+    def __call__(self, expr, *rest, axis=None, where=None, init=None):
+        if rest:
+            if axis is not None or len(rest) > 2:
+                raise DefinitionError(f"{self.name}: too many arguments")
+            second = rest[0]
+            if len(rest) == 2:
+                where = rest[1]
+            if isinstance(second, (E.IterVar, list, tuple)):
+                axis = second
+            else:
+                return self._elementwise(expr, second)
         if axis is None:
             raise DefinitionError(f"{self.name}: the reduction axis is missing (axis=k)")
-        if isinstance(axis, E.Expr) and not isinstance(axis, E.IterVar) or \
-                isinstance(axis, (int, float)) and not isinstance(axis, bool):
-            # elementwise form, e.g. te.max(a, b)
-            if isinstance(expr, (tuple, list)):
-                raise DefinitionError(f"{self.name}: elementwise form takes two scalars")
-            a, b = E._operands(expr, axis)
-            d = dt.promote(a.dtype, b.dtype)
-            return self.combine_exprs([E.cast(a, d)], [E.cast(b, d)])[0]
+        return self._reduce(expr, axis, where, init)
+
+    def _elementwise(self, expr, other):
+        """``te.max(a, b)``: the combiner applied to two values."""
+        if isinstance(expr, (tuple, list)):
+            raise DefinitionError(f"{self.name}: elementwise form takes two scalars")
+        a, b = E._operands(expr, other)
+        d = dt.promote(a.dtype, b.dtype)
+        return self.combine_exprs([E.cast(a, d)], [E.cast(b, d)])[0]
+
+    def _reduce(self, expr, axis, where, init):
         axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
         for a in axes:
             if not isinstance(a, E.IterVar) or a.kind != "reduce":
