@@ -56,6 +56,6 @@ def build_llvm(func, tgt):
                "lowered": lowered}
     mod = Module(sig, engine.address(name), fast, sources, keepalive=[engine],
                  threads_addr=engine.engine.get_global_value_address(f"{name}_num_threads"))
-    mod._ll_text = text
+    mod._func = func
     mod._target = tgt
     return mod
