@@ -394,6 +394,11 @@ class ExprEmitter:
         x = args[0]
         t = x.type
         sfx = self._suffix(t)
+        if name == "exp" and is_vec(x) and t.element == F32:
+            return self.vec_exp_f32(x)
+        if name == "sigmoid" and is_vec(x) and t.element == F32:
+            one = self.bc(ir.Constant(F32, 1.0))
+            return b.fdiv(one, b.fadd(one, self.vec_exp_f32(b.fneg(x))))
         if name in ("exp", "log", "log2", "sqrt", "sin", "cos", "floor", "ceil"):
             return self.intrinsic(f"llvm.{name}.{sfx}", t, [x])
         if name == "round":
@@ -424,6 +429,38 @@ class ExprEmitter:
                                        ir.Constant(I32, i))
             return out
         raise InternalError(f"unknown intrinsic {name}")
+
+    def vec_exp_f32(self, x):
+        """SIMD ``exp`` for float32 vectors (LLVM would call scalar ``expf`` per lane).
+
+        Range reduction ``x = n*ln2 + r`` (two-part ln2), a degree-6 polynomial for ``e**r``
+        (Cephes), and ``2**n`` built from exponent bits in two halves so that results in
+        the subnormal range stay right; overflow gives inf, NaN stays NaN.  Within 2 ulp.
+        """
+        b = self.b
+        W = x.type.count
+        vf = lambda c: ir.Constant(x.type, [float(c)] * W)  # noqa: E731
+        it = ir.VectorType(I32, W)
+        vi = lambda c: ir.Constant(it, [c] * W)  # noqa: E731
+        fl = lambda y: self.intrinsic(f"llvm.floor.v{W}f32", x.type, [y])  # noqa: E731
+        xc = b.select(b.fcmp_ordered(">", x, vf(88.8)), vf(88.8), x)
+        xc = b.select(b.fcmp_ordered("<", xc, vf(-104.0)), vf(-104.0), xc)
+        n = fl(b.fadd(b.fmul(xc, vf(1.44269504088896341)), vf(0.5)))
+        r = b.fsub(b.fsub(xc, b.fmul(n, vf(0.693359375))), b.fmul(n, vf(-2.12194440e-4)))
+        p = vf(1.9875691500e-4)
+        for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                  5.0000001201e-1):
+            p = b.fadd(b.fmul(p, r), vf(c))
+        p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), vf(1.0))
+        ni = b.fptosi(n, it)
+        n1 = b.ashr(ni, vi(1))
+        n2 = b.sub(ni, n1)
+        s1 = b.bitcast(b.shl(b.add(n1, vi(127)), vi(23)), x.type)
+        s2 = b.bitcast(b.shl(b.add(n2, vi(127)), vi(23)), x.type)
+        y = b.fmul(b.fmul(p, s1), s2)
+        y = b.select(b.fcmp_ordered(">", x, vf(88.72283935546875)), vf(float("inf")), y)
+        y = b.select(b.fcmp_ordered("<", x, vf(-103.97208)), vf(0.0), y)
+        return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
     # -- memory -------------------------------------------------------------------------------
     def _e_BufferLoad(self, e):
