@@ -284,6 +284,8 @@ class LLVMCodegen(ExprEmitter):
         if is_vec(v):
             self.vvars.add(s.var)
         self.stmt(s.body)
+        del self.vars[s.var]
+        self.vvars.discard(s.var)
 
     def _s_IfThen(self, s):
         c = self.expr(s.cond)
@@ -363,6 +365,7 @@ class LLVMCodegen(ExprEmitter):
         i.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(end)
+        del self.vars[s.var]        # out of scope: never captured by a later parallel region
 
     # -- SIMD ---------------------------------------------------------------------------------
     def _vector_for(self, s):
@@ -401,6 +404,7 @@ class LLVMCodegen(ExprEmitter):
         self.vvars = {s.var}
         self.vars[s.var] = self.expr(N.Ramp(start, E.Const(1, "int64"), W))
         self.stmt(s.body)
+        del self.vars[s.var], self.vars[start]
         self.lanes, self.lane_var, self.lane_start_var, self.vvars = saved
 
     # -- threads ------------------------------------------------------------------------------

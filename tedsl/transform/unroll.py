@@ -34,7 +34,23 @@ def _stmt(s):
             # a constant trip count (the bounds may move with outer loops)
             return N.seq([_subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i)))
                           for i in range(0, ext.value, s.step)] or [N.Seq([])])
+        top = _max_trip(ext)
+        if top is not None and s.step == 1 and top <= MAX_UNROLL:
+            # the tail of a non-dividing split: every copy guarded by its own bound
+            return N.seq([N.IfThen(simplify(E.compare("lt", E.Const(i, "int64"), ext)),
+                                   _subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i))))
+                          for i in range(top)] or [N.Seq([])])
         return s.replace(kind="serial")
+
+
+def _max_trip(ext):
+    """The largest trip count of an extent that is ``min(c, ...)``, else None."""
+    if type(ext) is E.Binary and ext.op == "min":
+        vals = [v for v in (_max_trip(ext.a), _max_trip(ext.b)) if v is not None]
+        return min(vals) if vals else None
+    if isinstance(ext, E.Const):
+        return int(ext.value)
+    return None
     return None
 
 
