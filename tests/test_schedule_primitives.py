@@ -446,3 +446,48 @@ def test_pipeline_all_stages_as_outputs(rng):
     a, w = rand(rng, (m, n)), rand(rng, (n, p))
     b = a.astype(np.float64) * 2 + 1
     check_kernel(s, [A, W, B, C, D], [a, w], [b, b @ w, pipeline_ref(a, w)], rtol=1e-5)
+
+
+def test_fuse_symbolic_extents_parallel(rng):
+    # isl cannot express i * n + j with a symbolic n: the parts stay loops in isl and are
+    # joined in the loop IR; one module serves several shapes
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] * 2 + 1, name="B")
+    s = te.create_schedule(B)
+    f = s[B].fuse(*B.op.axis)
+    s[B].parallel(f)
+    assert te.analysis.is_parallel(s, B, f)
+    text = str(te.lower(s, [A, B]))
+    assert "for i.j.fused in parallel(0, m * n)" in text
+    mod = te.build(s, [A, B])
+    for shape in ((3, 5), (1, 1), (64, 33)):
+        a = rand(rng, shape)
+        b = poisoned(shape)
+        mod(a, b)
+        np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_fuse_symbolic_then_split_refused():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j], name="B")
+    s = te.create_schedule(B)
+    f = s[B].fuse(*B.op.axis)
+    with pytest.raises(te.ScheduleError, match=r"i\.j\.fused .*cannot be split"):
+        s[B].split(f, factor=4)
+
+
+def test_fuse_symbolic_reduction_loops(rng):
+    # fusing the two reduction loops of a 2-d sum keeps the reduction exact
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    r1, r2 = te.reduce_axis((0, m), name="r1"), te.reduce_axis((0, n), name="r2")
+    C = te.compute((1,), lambda i: te.sum(A[r1, r2], axis=[r1, r2]), name="C")
+    s = te.create_schedule(C)
+    s[C].fuse(r1, r2)
+    mod = te.build(s, [A, C])
+    a = rand(rng, (7, 9))
+    c = poisoned((1,))
+    mod(a, c)
+    np.testing.assert_allclose(c[0], a.astype(np.float64).sum(), rtol=1e-5)

@@ -3,7 +3,8 @@
 The tree uses tedsl expressions and plain tuples so that the loop-IR layer can build its own
 nodes from it:
 
-* ``("for", iv, stage, var, lo, hi, step, body)``  (``hi`` exclusive)
+* ``("for", iv, stage, var, lo, hi, step, body, part)``  (``hi`` exclusive; ``part`` is
+  ``(k, K)`` for the k-th of K loops of a fuse over symbolic extents, else None)
 * ``("let", iv, stage, var, value, body)``           (a loop isl proved to run once)
 * ``("if", cond, then, else_or_None)``
 * ``("block", [children])``
@@ -106,7 +107,7 @@ class AstConverter:
             if isinstance(entry, int):
                 raise InternalError(f"isl generated a loop for ordering dimension {dim}")
             iv = entry[0]
-            var = E.Var(iv.name, "int64")
+            var = E.Var(iv.name if len(entry) == 2 else f"{iv.name}.{entry[2]}", "int64")
             self.env[it] = var
             lo = E.cast(self.expr(node.for_get_init()), "int64")
             if node.for_is_degenerate():
@@ -115,7 +116,9 @@ class AstConverter:
             hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
             step = node.for_get_inc().get_val().to_python()
             body = self.node(node.for_get_body())
-            return ("for", iv, self.program.iv_stage.get(iv, stmt.stage), var, lo, hi, step, body)
+            part = tuple(entry[2:]) if len(entry) > 2 else None
+            return ("for", iv, self.program.iv_stage.get(iv, stmt.stage), var, lo, hi, step, body,
+                    part)
         raise InternalError(f"unsupported isl AST node {t}")
 
     def _upper(self, cond, it):

@@ -78,6 +78,10 @@ def attach_stage(program, pstage, statements, make_statements, counter):
                 f"of {cstage.name} reads {pstage.name} outside loop {iv.name}")
         pos = p
     ref = readers[0][0]
+    if any(not isinstance(e, int) and len(e) > 2 for e in ref.sched[:pos + 1]):
+        raise AttachError(f"{pstage.name}.compute_at(s[{cstage.name}], {iv.name}): a loop above "
+                          "the attach point fuses loops of symbolic extent; attach inside it "
+                          "or fuse constant-extent loops")
     o_ivs = [e[0] for e in ref.sched[:pos + 1] if not isinstance(e, int)]
     o_vars = [E.Var(f"{v.name}", "int64") for v in o_ivs]
     names = program.names

@@ -129,15 +129,18 @@ class Analysis:
         width = self.program.sched_width()
         out = []
         for dep in self.dependences():
-            d = _pos(dep.source, iv)
-            if d is None or _pos(dep.sink, iv) != d:
+            ds = _positions(dep.source, iv)
+            if not ds or _positions(dep.sink, iv) != ds:
                 continue
             rel = dep.relation.apply_domain(self._sched_of(dep.source, width)) \
                 .apply_range(self._sched_of(dep.sink, width))
             delta = rel.deltas()
-            for p in range(d):
+            for p in range(ds[0]):
                 delta = delta.fix_val(isl.dim_type.set, p, 0)
-            nz = delta.subtract(delta.fix_val(isl.dim_type.set, d, 0))
+            same = delta
+            for p in ds:          # a loop fused from symbolic extents spans several dimensions
+                same = same.fix_val(isl.dim_type.set, p, 0)
+            nz = delta.subtract(same)
             if not nz.is_empty():
                 out.append(dep)
         return out
@@ -146,11 +149,8 @@ class Analysis:
         return stmt.schedule_map(self.program, width)
 
 
-def _pos(stmt, iv):
-    for d, e in enumerate(stmt.sched):
-        if not isinstance(e, int) and e[0] is iv:
-            return d
-    return None
+def _positions(stmt, iv):
+    return [d for d, e in enumerate(stmt.sched) if not isinstance(e, int) and e[0] is iv]
 
 
 def dependences(s):

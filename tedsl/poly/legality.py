@@ -133,6 +133,7 @@ def _check_nested_parallel(program):
         par = [e[0] for e in s.sched if not isinstance(e, int) and
                (program.iv_stage.get(e[0]) or s.stage).attrs.get(e[0]) is not None and
                (program.iv_stage.get(e[0]) or s.stage).attrs[e[0]].kind == "parallel"]
+        par = list(dict.fromkeys(par))
         if len(par) > 1:
             raise ScheduleError(
                 f"stage {s.stage.name}: loops {par[0].name} and {par[1].name} are both parallel "

@@ -112,14 +112,28 @@ def leaf_values(stage, names):
             val[rel.outer] = f"floor({rel_p} / {rel.factor})"
             val[rel.inner] = f"({rel_p} mod {rel.factor})"
         elif isinstance(rel, Fuse):
-            ext = stage.extent(rel.inner)
-            ext = int(ext.value)
             o, i = val[rel.outer], val[rel.inner]
             bo, bi = begin.get(rel.outer, "0"), begin.get(rel.inner, "0")
             o = o if bo == "0" else f"({o} - {bo})"
             i = i if bi == "0" else f"({i} - {bi})"
-            val[rel.fused] = f"({ext} * {o} + {i})"
+            if rel.deferred:      # parts kept as separate loops (see transform/fuse_loops.py)
+                parts = list(val[rel.outer]) if isinstance(val[rel.outer], list) else [o]
+                val[rel.fused] = parts + [i]
+            else:
+                ext = int(stage.extent(rel.inner).value)
+                val[rel.fused] = f"({ext} * {o} + {i})"
     return val
+
+
+def loop_entries(iv, value):
+    """Schedule entries of one loop: ``(iv, text)``, or one entry per part of a deferred fuse
+    ``(iv, text, k, K)``, each followed by an ordering dimension."""
+    if isinstance(value, list):
+        out = []
+        for k, t in enumerate(value):
+            out += [(iv, t, k, len(value)), 0]
+        return out
+    return [(iv, value), 0]
 
 
 def inline_body(expr, schedule):
@@ -176,7 +190,7 @@ def stage_statements(stage, prefix, names, schedule, counter):
     if not op.is_reduction:
         sched = list(prefix)
         for lv in leaves:
-            sched += [(lv, vals[lv]), 0]
+            sched += loop_entries(lv, vals[lv])
         counter[0] += 1
         return [Statement(f"S{counter[0]}_{tag}", stage, "compute", axis_vars, base, sched,
                           body=body)]
@@ -184,7 +198,7 @@ def stage_statements(stage, prefix, names, schedule, counter):
     p = next(i for i, lv in enumerate(leaves) if lv.kind == "reduce")
     outer = []
     for lv in leaves[:p]:
-        outer += [(lv, vals[lv]), 0]
+        outer += loop_entries(lv, vals[lv])
     init_sched = list(prefix) + outer
     if outer:
         init_sched[-1] = 0
@@ -192,14 +206,14 @@ def stage_statements(stage, prefix, names, schedule, counter):
         init_sched.append(0)
     for lv in leaves[p:]:
         if lv.kind != "reduce":
-            init_sched += [(lv, vals[lv]), 0]
+            init_sched += loop_entries(lv, vals[lv])
     upd_sched = list(prefix) + outer
     if outer:
         upd_sched[-1] = 1
     else:
         upd_sched.append(1)
     for lv in leaves[p:]:
-        upd_sched += [(lv, vals[lv]), 0]
+        upd_sched += loop_entries(lv, vals[lv])
     red_cons = []
     for r in op.reduce_axis:
         red_cons += _range_constraints(r, names, dims, stage)

@@ -8,7 +8,7 @@ loop-carried dependence ``t - 1 -> t``.
 from ..errors import ScheduleError
 from ..te.tensor import ScanOp
 from .convert import aff
-from .program import Statement, _range_constraints, inline_body, leaf_values
+from .program import Statement, _range_constraints, inline_body, leaf_values, loop_entries
 
 
 def scan_members(schedule):
@@ -49,9 +49,11 @@ def scan_statements(stage, prefix, names, schedule, counter):
     cons = []
     for a in init_op.axis:
         cons += _range_constraints(a, names, dims, ist)
+    # the init rows that exist in the state (none when the state has fewer rows than init)
+    cons.append(f"{names.name(init_op.axis[0].var)} < {aff(op.shape[0], names, set())}")
     sched = list(prefix) + [0]
     for lv in ist.leaf_iter_vars:
-        sched += [(lv, vals[lv]), 0]
+        sched += loop_entries(lv, vals[lv])
     counter[0] += 1
     body = tuple(inline_body(t.op.body[t.value_index], schedule) for t in op.init)
     out.append(Statement(f"S{counter[0]}_{tag}_init", ist, "scan_init",
@@ -81,7 +83,7 @@ def scan_statements(stage, prefix, names, schedule, counter):
     for lv in ust.leaf_iter_vars:
         if lv is t_axis:
             continue
-        sched += [(lv, uvals[lv]), 0]
+        sched += loop_entries(lv, uvals[lv])
     counter[0] += 1
     body = tuple(inline_body(t.op.body[t.value_index], schedule) for t in op.update)
     out.append(Statement(f"S{counter[0]}_{tag}_update", ust, "scan_update",

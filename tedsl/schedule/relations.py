@@ -16,10 +16,15 @@ class Split:
 
 @dataclass(frozen=True, eq=False)
 class Fuse:
-    """``fused = outer * extent(inner) + inner``."""
+    """``fused = outer * extent(inner) + inner``.
+
+    ``deferred`` when an extent is symbolic: isl then keeps the parts as separate loops
+    and the loop-IR pass ``fuse_loops`` joins the (rectangular) nest into one loop.
+    """
     outer: E.IterVar
     inner: E.IterVar
     fused: E.IterVar
+    deferred: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,11 @@ def _ceildiv(a, b):
     return simplify(E.binary("floordiv", E.binary("add", a, b - 1), b))
 
 
+def _free(e):
+    from ..ir.functor import free_vars
+    return free_vars(e)
+
+
 def _const_int(e):
     e = simplify(e) if isinstance(e, E.Expr) else e
     if isinstance(e, E.Const):
@@ -39,6 +44,7 @@ class Stage:
         self.all_iter_vars = list(root)
         self.leaf_iter_vars = list(root)
         self.relations = []
+        self.deferred = set()
         self.attrs = {}
         self.extents = {}
         for iv in root:
@@ -109,6 +115,11 @@ class Stage:
         what = f"split({getattr(parent, 'name', parent)})"
         self._check_compute(what)
         self._check_leaf(parent, what)
+        if parent in self.deferred:
+            raise ScheduleError(
+                f"{what} on stage {self.name}: loop {parent.name} fuses loops of symbolic extent, "
+                "so its index is not affine and it cannot be split; split the loops before "
+                "fusing them, or use constant shapes")
         if (factor is None) == (nparts is None):
             raise ScheduleError(f"{what} on stage {self.name}: give exactly one of factor= or "
                                 "nparts=")
@@ -172,19 +183,22 @@ class Stage:
             raise ScheduleError(f"{what} on stage {self.name}: cannot fuse a reduction loop with "
                                 "a data-parallel loop")
         fused = args[0]
+        axis_vars = {iv.var for iv in self.root_iter_vars}
         for a in args[1:]:
             ext_in = self.extent(a)
-            c = _const_int(ext_in) if ext_in is not None else None
-            if c is None:
+            if ext_in is None or any(v in axis_vars for v in _free(ext_in)):
                 raise ScheduleError(
-                    f"{what} on stage {self.name}: loop {a.name} has extent "
-                    f"{ext_in if ext_in is not None else 'that varies with outer loops'}; fusing "
-                    "needs a constant extent for every loop but the outermost (split it first, "
-                    "or use constant shapes)")
+                    f"{what} on stage {self.name}: loop {a.name} has an extent that varies with "
+                    "the outer loops (an affine reduce bound); only rectangular loops can be "
+                    "fused")
+            c = _const_int(ext_in)
+            deferred = c is None or fused in self.deferred
             ext_out = self.extent(fused)
-            ext = simplify(E.binary("mul", ext_out, c)) if ext_out is not None else None
+            ext = simplify(E.binary("mul", ext_out, ext_in)) if ext_out is not None else None
             nv = self._new_iv(f"{fused.name}.{a.name}.fused", a.kind, ext)
-            self.relations.append(Fuse(fused, a, nv))
+            self.relations.append(Fuse(fused, a, nv, deferred))
+            if deferred:
+                self.deferred.add(nv)
             self.all_iter_vars.append(nv)
             i = self.leaf_iter_vars.index(fused)
             self.leaf_iter_vars[i:i + 2] = [nv]

@@ -166,12 +166,17 @@ def from_tree(tree, bufs, ivenv=None):
         inner[iv] = var
         return N.LetStmt(var, value, _with_allocs(iv, from_tree(body, bufs, inner), bufs))
     if kind == "for":
-        _, iv, stage, var, lo, hi, step, body = tree
+        _, iv, stage, var, lo, hi, step, body, part = tree
         inner = dict(ivenv)
         inner[iv] = var
         attr = stage.attrs.get(iv)
         k = _KINDS[attr.kind] if attr is not None else "serial"
         ann = tuple((n, v) for n, v in attr.pragmas) if attr is not None else ()
+        if part is not None:       # one part of a fuse over symbolic extents
+            b = from_tree(body, bufs, inner)
+            ann = (("fuse_part", (iv, part[0], part[1], k,
+                                  attr.thread_tag if attr is not None else "")),) + ann
+            return N.For(var, lo, hi, "serial", b, step, "", ann)
         if k == "vectorized":
             ext = stage.extent(iv)
             ann += (("lanes", int(ext.value)),)

@@ -22,7 +22,7 @@ def _lines(s, ind, out):
         if s.kind == "thread":
             kind = f'thread("{s.thread_tag}")'
         rng = f"{expr_str(s.lo)}, {expr_str(s.hi)}" + (f", {s.step}" if s.step != 1 else "")
-        ann = "".join(f"  # {k}={v}" for k, v in s.annotations if k != "lanes")
+        ann = "".join(f"  # {k}={v}" for k, v in s.annotations if k not in ("lanes", "fuse_part"))
         out.append(f"{pad}for {s.var.name} in {kind}({rng}):{ann}")
         _lines(s.body, ind + 1, out)
     elif t is N.LetStmt:

@@ -6,6 +6,7 @@ from ..schedule.schedule import Schedule
 from ..tir.build import build_func
 from . import simplify as simplify_pass
 from . import verify
+from .fuse_loops import fuse_loops
 from .normalize import normalize_loops
 
 
@@ -22,6 +23,7 @@ def lower(s, args, name="main", simple_mode=False):
     func = build_func(prog, tree, list(args), name)   # statements -> stores, allocations
     func = simplify_pass.simplify(func)      # constant folding, affine normal form
     func = normalize_loops(func)             # unit-step loops start at 0
+    func = fuse_loops(func)                  # join the parts of fuses over symbolic extents
     func = simplify_pass.simplify(func)      # resolve // % min and guards with loop ranges
     func = verify.check_defined(func)        # every variable defined before use
     return func
