@@ -11,7 +11,6 @@ Examples
 0
 """
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -250,19 +249,105 @@ def bench(names=()):
     return status
 
 
-def tune(argv):
-    """Delegate to ``tedsl.tune`` when it exists; otherwise say so and return 2."""
-    spec = importlib.util.find_spec("tedsl.tune")
-    if spec is None or spec.origin in (None, "namespace"):
-        print("tedsl tune: schedule tuning is not available in this version of tedsl "
-              "(the tedsl.tune module is missing)", file=sys.stderr)
+def gemm_template(cfg, n):
+    """The built-in tuning template of ``python -m tedsl tune``: float32 ``C = A @ B``, n x n.
+
+    The schedule of ``benchmarks/gemm.py`` (B packed into column panels, a register tile
+    accumulated in a local cache, rows of tiles in parallel) with its choices as knobs:
+    ``tile_i`` x ``tile_j`` (the register tile shape, also the panel width), ``unroll_k``
+    (the reduction split and its inner part unrolled) and ``unroll_rows`` (unroll the tile's
+    rows or keep them a loop).
+
+    Parameters
+    ----------
+    cfg : tedsl.tune.Space
+        The knobs (record mode) or the configuration to apply.
+    n : int
+        Matrix size.
+
+    Returns
+    -------
+    s : tedsl.Schedule
+    args : list of tedsl.Tensor
+        ``[A, B, C]``.
+    """
+    import tedsl as te
+    mr = cfg.define_split("tile_i", n, [f for f in (8, 4, 2, 16) if f <= n] or [n])
+    nr = cfg.define_split("tile_j", n, [f for f in (32, 16, 64, 8) if f <= n] or [n])
+    ku = cfg.define_split("unroll_k", n, [f for f in (4, 1, 2, 8) if f <= n] or [n])
+    unroll_rows = cfg.define_knob("unroll_rows", [True, False])
+    A = te.placeholder((n, n), "float32", name="A")
+    B = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    Bp = te.compute(((n + nr - 1) // nr, n, nr),
+                    lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
+                    name="Bp")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
+                   name="C")
+    s = te.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
+    s[CC].compute_at(s[C], jo)
+    ic, jc = s[CC].op.axis
+    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=ku)
+    s[CC].reorder(ko, ki, ic, jc)
+    s[CC].unroll(ki)
+    if unroll_rows:
+        s[CC].unroll(ic)
+    s[CC].vectorize(jc)
+    s[C].vectorize(ji)
+    s[C].parallel(io)
+    x, _, z = s[Bp].op.axis
+    s[Bp].vectorize(z)
+    s[Bp].parallel(x)
+    return s, [A, B, C]
+
+
+def tune(opts):
+    """Tune :func:`gemm_template` for ``opts.n``; print the best configuration against numpy.
+
+    Returns
+    -------
+    int
+        0 on success, 1 if no configuration was valid, 2 on bad options.
+    """
+    if opts.n < 1 or opts.trials < 1:
+        print("tedsl tune: --n and --trials must be positive", file=sys.stderr)
         return 2
-    import tedsl.tune as tune_mod
-    entry = getattr(tune_mod, "main", None)
-    if callable(entry):
-        return entry(argv) or 0
-    print("Schedule tuning is provided by the Python module tedsl.tune "
-          "(see help(tedsl.tune)); it has no command-line entry point.")
+    import tedsl as te
+    from tedsl.tune import Space, apply_best, tune as run_tune
+    n = opts.n
+    space = Space.record(gemm_template, (n,))
+    _progress(f"tuning gemm {n}x{n}x{n} float32: {opts.trials} of {space.size} configurations "
+              f"({opts.strategy}, seed {opts.seed})")
+    ref = lambda a, b: (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)  # noqa
+    flop = 2.0 * n ** 3
+    try:
+        best = run_tune(gemm_template, (n,), n_trials=opts.trials, strategy=opts.strategy,
+                        seed=opts.seed, records=opts.records, ref=ref, flop=flop)
+    except te.TedslError as err:
+        print(f"tedsl tune: {err}", file=sys.stderr)
+        return 1
+    if opts.records:
+        s, args = apply_best(gemm_template, (n,), opts.records)
+    else:
+        s, args = space.apply(gemm_template, (n,), best.config)
+    f = te.build(s, args, name="gemm")
+    rng = np.random.default_rng(opts.seed)
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    c = np.full((n, n), np.nan, np.float32)
+    f(a, b, c)
+    if not _matches("tuned gemm", c, ref(a, b), rtol=1e-4, atol=1e-4 * n):
+        return 1
+    t_np = _median_seconds(lambda: np.matmul(a, b, out=c), 3, 3)
+    print(f"best configuration: {best.config}")
+    print(f"tedsl: {best.seconds * 1e3:.3f} ms, {flop / best.seconds / 1e9:.1f} GFLOP/s; "
+          f"numpy: {t_np * 1e3:.3f} ms, {flop / t_np / 1e9:.1f} GFLOP/s; "
+          f"ratio {t_np / best.seconds:.2f} (above 1: tedsl is faster)")
+    if opts.records:
+        print(f"records appended to {opts.records}; "
+              "tedsl.tune.apply_best(template, args, records) rebuilds the best schedule")
     return 0
 
 
@@ -280,9 +365,17 @@ def _parser():
                        description="Run the benchmark scripts of benchmarks/; each updates "
                                    "its section of benchmarks/RESULTS.md.")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")
-    t = sub.add_parser("tune", help="schedule exploration (tedsl.tune)",
-                       description="Schedule exploration, provided by tedsl.tune.")
-    t.add_argument("args", nargs=argparse.REMAINDER, help="arguments for tedsl.tune")
+    t = sub.add_parser("tune", help="tune a GEMM schedule template (tedsl.tune)",
+                       description="Measure configurations of a built-in float32 GEMM schedule "
+                                   "template (register tile shape, k unroll, row unroll), show "
+                                   "progress, and compare the best with numpy.")
+    t.add_argument("--n", type=int, default=512, help="matrix size (default 512)")
+    t.add_argument("--trials", type=int, default=12,
+                   help="configurations to measure (default 12)")
+    t.add_argument("--records", metavar="FILE", help="JSON-lines file to append records to")
+    t.add_argument("--strategy", choices=("random", "grid"), default="random",
+                   help="search strategy (default random)")
+    t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     return p
 
 
@@ -308,4 +401,4 @@ def main(argv=None):
         return demo(small=args.small or os.environ.get("TEDSL_DEMO_SMALL") == "1")
     if args.command == "bench":
         return bench(args.names)
-    return tune(args.args)
+    return tune(args)

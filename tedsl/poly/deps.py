@@ -127,6 +127,8 @@ class Analysis:
         """Dependences carried by loop ``iv``: source and sink share the loops above it and
         run in different iterations of it."""
         width = self.program.sched_width()
+        for s in self.program.statements:      # a scan update's first axis is the scan loop
+            iv = s.extra.get("iv_alias", {}).get(iv, iv)
         out = []
         for dep in self.dependences():
             ds = _positions(dep.source, iv)

@@ -22,7 +22,8 @@ def _fix_hint(stage, iv, deps, what):
                 f"s.rfactor({name}, {iv.name}) to parallelize a reduction, or choose a "
                 "data-parallel loop (" + ", ".join(v.name for v in stage.leaf_iter_vars
                                                    if v.kind != "reduce") + ")")
-    if any(d.source.kind == "scan_update" for d in deps):
+    if any(d.source.kind == "scan_update" for d in deps) and \
+            (iv.kind == "scan" or iv is getattr(stage.op, "axis", [None])[0]):
         return "the scan loop runs in order; parallelize one of the other axes of the update"
     return ("choose a loop that carries no dependence (te.analysis.is_parallel tells which), or "
             "reorder so that the dependence is carried by an outer serial loop")

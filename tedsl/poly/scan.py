@@ -88,5 +88,6 @@ def scan_statements(stage, prefix, names, schedule, counter):
     body = tuple(inline_body(t.op.body[t.value_index], schedule) for t in op.update)
     out.append(Statement(f"S{counter[0]}_{tag}_update", ust, "scan_update",
                          [a.var for a in upd_op.axis], ucons, sched, body=body,
-                         extra={"outputs": list(op.outputs)}))
+                         extra={"outputs": list(op.outputs),
+                                "iv_alias": {t_axis: op.scan_axis}}))
     return out

@@ -54,7 +54,7 @@ class Stage:
         self.attach_stage = None
         self.attach_ivar = None
         self.scope = "global"
-        self.storage_align = {}
+        self.align_factors = {}      # dimension -> (factor, offset) from storage_align
         self.is_output = False
         self.origin_op = op
 
@@ -346,7 +346,7 @@ class Stage:
                                 "original data axes")
         if not isinstance(factor, int) or factor <= 0 or not isinstance(offset, int) or offset < 0:
             raise ScheduleError(f"{what} on stage {self.name}: factor must be > 0 and offset >= 0")
-        self.storage_align[self.op.axis.index(axis)] = (factor, offset)
+        self.align_factors[self.op.axis.index(axis)] = (factor, offset)
 
 
 class ThreadAxis:

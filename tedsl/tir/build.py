@@ -26,6 +26,7 @@ class BufferMap:
         self.intermediate = []
         self.attached = {}
         self.at_loop = {}
+        self.placed = set()
         from ..poly.scan import state_resolver
         self.resolve = state_resolver(self.schedule)
         seen_t = set()
@@ -60,14 +61,14 @@ class BufferMap:
             fp = self.program.footprints.get(st)
             if fp is not None:
                 b = N.Buffer(tensor.name, fp.extent, tensor.dtype, scope,
-                             strides=_aligned_strides(fp.extent, st.storage_align))
+                             strides=_aligned_strides(fp.extent, st.align_factors))
                 self.buffers[tensor] = b
                 self.attached[b] = fp
                 self.at_loop.setdefault(fp.iv, []).append(b)
                 return b
             b = N.Buffer(tensor.name, tensor.shape, tensor.dtype, scope,
-                         strides=_aligned_strides(tensor.shape, st.storage_align)
-                         if st is not None and st.storage_align else None)
+                         strides=_aligned_strides(tensor.shape, st.align_factors)
+                         if st is not None and st.align_factors else None)
             self.buffers[tensor] = b
             self.intermediate.append(b)
         return b
@@ -79,6 +80,19 @@ class BufferMap:
             return indices
         sub = dict(zip(fp.o_vars, ovals))
         return [E.binary("sub", i, substitute(lo, sub)) for i, lo in zip(indices, fp.lo)]
+
+
+def _loop_value(iv, ivenv, bufs):
+    """The value of loop ``iv`` here; isl emits no loop for a dimension of one value."""
+    v = ivenv.get(iv)
+    if v is not None:
+        return v
+    st = bufs.program.iv_stage.get(iv)
+    ext = st.extent(iv) if st is not None else None
+    if isinstance(ext, E.Const) and ext.value == 1:
+        return E.cast(iv.begin, "int64")
+    from ..errors import InternalError
+    raise InternalError(f"loop {iv.name} has no value at an access of an attached buffer")
 
 
 def _aligned_strides(shape, align):
@@ -107,7 +121,7 @@ def to_tir(expr, bufs, ivenv=None):
             idx = e.indices
             fp = bufs.attached.get(b)
             if fp is not None:
-                idx = bufs.offset(b, idx, [ivenv[v] for v in fp.o_ivs])
+                idx = bufs.offset(b, idx, [_loop_value(v, ivenv, bufs) for v in fp.o_ivs])
             return N.BufferLoad(b, idx)
         return None
     return transform(expr, fn)
@@ -164,7 +178,7 @@ def from_tree(tree, bufs, ivenv=None):
         _, iv, stage, var, value, body = tree
         inner = dict(ivenv)
         inner[iv] = var
-        return N.LetStmt(var, value, _with_allocs(iv, from_tree(body, bufs, inner), bufs))
+        return N.LetStmt(var, value, _with_allocs(iv, from_tree(body, bufs, inner), bufs, body))
     if kind == "for":
         _, iv, stage, var, lo, hi, step, body, part = tree
         inner = dict(ivenv)
@@ -180,15 +194,29 @@ def from_tree(tree, bufs, ivenv=None):
         if k == "vectorized":
             ext = stage.extent(iv)
             ann += (("lanes", int(ext.value)),)
-        b = _with_allocs(iv, from_tree(body, bufs, inner), bufs)
+        b = _with_allocs(iv, from_tree(body, bufs, inner), bufs, body)
         return N.For(var, lo, hi, k, b, step, attr.thread_tag if attr is not None else "", ann)
     raise DefinitionError(f"unknown loop tree node {kind}")
 
 
-def _with_allocs(iv, body, bufs):
+def _with_allocs(iv, body, bufs, tree):
+    """Allocate the buffers attached at loop ``iv`` in the copies of it that compute them."""
     for b in reversed(bufs.at_loop.get(iv, [])):
-        body = N.Allocate(b, body)
+        if _computes(tree, bufs.attached[b].stage):
+            body = N.Allocate(b, body)
+            bufs.placed.add(b)
     return body
+
+
+def _computes(tree, stage):
+    kind = tree[0]
+    if kind == "user":
+        return tree[1].stage is stage
+    if kind == "block":
+        return any(_computes(c, stage) for c in tree[1])
+    if kind == "if":
+        return _computes(tree[2], stage) or (tree[3] is not None and _computes(tree[3], stage))
+    return _computes(tree[5] if kind == "let" else tree[7], stage)
 
 
 def build_func(program, tree, args, name):
@@ -198,6 +226,9 @@ def build_func(program, tree, args, name):
         for t in fp.stage.op.outputs:
             bufs.of(t)
     body = from_tree(tree, bufs)
+    for b in bufs.attached:       # attached at a loop isl did not emit (a single iteration)
+        if b not in bufs.placed:
+            body = N.Allocate(b, body)
     for b in reversed(bufs.intermediate):
         body = N.Allocate(b, body)
     size_vars = {}

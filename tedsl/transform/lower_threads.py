@@ -1,0 +1,732 @@
+"""Map loops bound to ``blockIdx``/``threadIdx`` onto CUDA kernels.
+
+Each top-level statement of the lowered function becomes one kernel, launched in order::
+
+    for i.outer in thread("blockIdx.x")(0, (n + 63) // 64):
+        for i.inner in thread("threadIdx.x")(0, min(64, n - i.outer * 64)):
+            C[i.outer * 64 + i.inner] = A[i.outer * 64 + i.inner] + 1
+
+becomes ``main_kernel0``, launched with grid ``((n + 63) // 64)`` and block ``(64)``::
+
+    i.outer = blockIdx.x
+    i.inner = threadIdx.x
+    if i.inner < min(64, n - i.outer * 64):
+        C[i.outer * 64 + i.inner] = A[i.outer * 64 + i.inner] + 1
+
+Rules, in the order the passes apply them:
+
+* The grid size along a ``blockIdx`` axis is the loop's extent, evaluated on the host from
+  the sizes at call time (an upper bound when it depends on an outer block index).  The
+  block size along a ``threadIdx`` axis is the largest constant bound of the extents of the
+  loops bound to it; loops bound to the same axis share the index.  A guard is added only
+  where a loop's extent can be smaller than the launch dimension.  ``vthread`` loops run as
+  unrolled serial loops inside each thread.
+* ``global`` temporaries cannot live inside a kernel; ``shared`` buffers must be allocated
+  outside every ``threadIdx`` loop (they are declared once at the top of the kernel) and have
+  constant sizes.  A ``local`` buffer allocated outside the ``threadIdx`` loops that use it is
+  private to each thread: each thread keeps only the part its own index selects (the buffer is
+  shrunk to that part, as TVM does for local memory).
+* A reduction loop bound to ``threadIdx`` becomes per-thread partial results in registers,
+  combined across the threads by a shared-memory tree (:class:`CrossThreadReduce`), then
+  stored by the first thread.
+* Stores to shared or global memory that no loop of some ``threadIdx`` axis covers are made
+  by the thread with index 0 on that axis only.
+* ``__syncthreads()`` (a ``Barrier``) goes after the statements that fill a shared buffer and
+  before its readers, and at the start of a loop body that refills a buffer read in the
+  previous iteration.  Thread guards are pushed below barriers so that every thread of a block
+  reaches them; a barrier under control flow that depends on ``threadIdx`` is an error.
+"""
+from ..errors import ScheduleError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir.functor import free_vars, substitute, walk
+from ..ir.printer import expr_str
+from ..ir.simplify import simplify
+from ..tir import nodes as N
+from ..codegen.cuda_expr import affine, interval
+
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+INDEX = {tag: E.Var(tag, "int32") for tag in BLOCK_TAGS + THREAD_TAGS}
+MAX_BLOCK = (1024, 1024, 64)
+_IDENTITY_OPS = ("add", "mul", "min", "max", "bitand", "bitor", "bitxor")
+
+
+class CrossThreadReduce(N.Stmt):
+    """``body`` accumulates into the one-element local buffers of ``accs`` (tuples ``(buffer,
+    op, identity)``); then the values are combined across the threads along ``tag`` (every
+    thread of the block takes part) and ``epilogue`` stores the result."""
+    __slots__ = ("accs", "tag", "body", "epilogue")
+
+    def __init__(self, accs, tag, body, epilogue):
+        self.accs, self.tag, self.body, self.epilogue = list(accs), tag, body, epilogue
+
+
+class Kernel:
+    """One ``__global__`` function: its body, launch geometry and shared buffers.
+
+    ``grid`` maps a ``blockIdx`` tag to ``(extent, context)`` where ``context`` lists the
+    enclosing ``(var, lo, hi)`` loops the extent may depend on; ``block`` holds the constant
+    ``threadIdx`` sizes (x, y, z).
+    """
+
+    def __init__(self, name, body, grid, block, shared):
+        self.name, self.body, self.grid, self.block, self.shared = name, body, grid, block, shared
+
+    @property
+    def threads(self):
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def grid_dims(self, env):
+        """The grid ``(x, y, z)`` for the size variables in ``env`` (name -> int)."""
+        out = []
+        for tag in BLOCK_TAGS:
+            if tag not in self.grid:
+                out.append(1)
+                continue
+            ext, ctx = self.grid[tag]
+            ranges = {}
+            for v in _vars_of([ext] + [b for _, lo, hi in ctx for b in (lo, hi)]):
+                if v.name in env:
+                    ranges[v] = (int(env[v.name]), int(env[v.name]))
+            for var, lo, hi in ctx:
+                a, b = interval(lo, ranges)[0], interval(hi, ranges)[1]
+                ranges[var] = (a, None if b is None else b - 1)
+            hi = interval(ext, ranges)[1]
+            if hi is None:
+                raise ScheduleError(f"{self.name}: cannot bound the extent {expr_str(ext)} of "
+                                    f"the loop bound to {tag}")
+            out.append(max(0, hi))
+        return tuple(out)
+
+
+class DeviceProgram:
+    """A lowered function split into kernels; ``workspaces`` are the global temporaries
+    computed at the root, allocated on the device for each call."""
+
+    def __init__(self, func, kernels, workspaces):
+        self.func, self.kernels, self.workspaces = func, kernels, workspaces
+
+
+def _vars_of(exprs):
+    out = {}
+    for e in exprs:
+        for v in free_vars(e):
+            out.setdefault(id(v), v)
+    return list(out.values())
+
+
+def children(s):
+    """Child statements, including those of :class:`CrossThreadReduce`."""
+    if type(s) is CrossThreadReduce:
+        return (s.body, s.epilogue)
+    return N.stmt_children(s)
+
+
+def _with(s, kids):
+    t = type(s)
+    if t is CrossThreadReduce:
+        return CrossThreadReduce(s.accs, s.tag, kids[0], kids[1])
+    if t is N.Seq:
+        return N.seq(kids)
+    if t is N.IfThen:
+        return N.IfThen(s.cond, kids[0], kids[1] if len(kids) > 1 else None)
+    if t is N.For:
+        return s.replace(body=kids[0])
+    if t is N.LetStmt:
+        return N.LetStmt(s.var, s.value, kids[0])
+    if t is N.Allocate:
+        return N.Allocate(s.buffer, kids[0])
+    return s
+
+
+def _rewrite(s, fstmt):
+    """Post-order rewrite: ``fstmt(node)`` returns a replacement or None."""
+    kids = children(s)
+    if kids:
+        new = [_rewrite(k, fstmt) for k in kids]
+        if any(a is not b for a, b in zip(new, kids)):
+            s = _with(s, new)
+    r = fstmt(s)
+    return s if r is None else r
+
+
+def _walk(s, fn, stack=()):
+    """Call ``fn(node, enclosing_statements)`` in pre-order."""
+    fn(s, stack)
+    kids = children(s)
+    if kids:
+        inner = stack + (s,)
+        for k in kids:
+            _walk(k, fn, inner)
+
+
+def _accesses(s):
+    """``[(node, buffer, indices, is_store, stack)]`` for every memory access in ``s``."""
+    out = []
+
+    def visit(st, stack):
+        exprs = []
+        if type(st) is N.Store:
+            out.append((st, st.buffer, st.indices, True, stack))
+            exprs = list(st.indices) + [st.value]
+        elif type(st) is N.For:
+            exprs = [st.lo, st.hi]
+        elif type(st) in (N.LetStmt, N.IfThen, N.Evaluate):
+            exprs = [st.value if type(st) is not N.IfThen else st.cond]
+        for e in exprs:
+            walk(e, lambda x: out.append((x, x.buffer, x.indices, False, stack + (st,)))
+                 if type(x) is N.BufferLoad else None)
+    _walk(s, visit)
+    return out
+
+
+def _is_bound(s, tags):
+    return type(s) is N.For and s.kind == "thread" and s.thread_tag in tags
+
+
+def _stage_names(s):
+    names = []
+    for _, buf, _, store, _ in _accesses(s):
+        if store and buf.name not in names:
+            names.append(buf.name)
+    return ", ".join(names) or "?"
+
+
+def _extent(loop):
+    ext = simplify(E.binary("sub", loop.hi, loop.lo))
+    if loop.step != 1:
+        ext = simplify(E.binary("floordiv", E.binary("add", ext, loop.step - 1), loop.step))
+    return canonical(ext)
+
+
+def canonical(e):
+    """``e`` with its affine terms collected (so that ``8*x + 8 - 8*x`` becomes ``8``)."""
+    if not dt.is_int(e.dtype):
+        return e
+    terms, c = affine(e)
+    out = None
+    for atom, coef in terms.values():
+        t = atom if coef == 1 else E.binary("mul", atom, E.Const(coef, e.dtype))
+        out = t if out is None else E.binary("add", out, t)
+    if out is None:
+        return E.Const(c, e.dtype)
+    return simplify(E.binary("add", out, E.Const(c, e.dtype))) if c else out
+
+
+def _ranges(stack, ranges=None):
+    """Bounds of the loop variables of the enclosing loops ``stack``."""
+    ranges = dict(ranges or {})
+    for s in stack:
+        if type(s) is N.For:
+            lo, hi = interval(canonical(s.lo), ranges)[0], interval(canonical(s.hi), ranges)[1]
+            ranges[s.var] = (lo, None if hi is None else hi - 1)
+        elif type(s) is N.LetStmt:
+            ranges[s.var] = interval(s.value, ranges)
+    return ranges
+
+
+# -- 1. kernels -------------------------------------------------------------------------------
+
+def lower_threads(func):
+    """Split ``func`` into kernels; returns a :class:`DeviceProgram`.
+
+    Raises
+    ------
+    ScheduleError
+        If a root statement has no bound loop, or the thread mapping cannot be honoured.
+    """
+    body, workspaces = func.body, []
+    while type(body) is N.Allocate:
+        if body.buffer.scope != "global":
+            raise ScheduleError(
+                f"stage {body.buffer.name} has scope '{body.buffer.scope}' but is computed at "
+                "the root, outside every kernel; compute it inside a kernel (compute_at a loop "
+                "bound to blockIdx) or give it scope 'global'")
+        workspaces.append(body.buffer)
+        body = body.body
+    kernels = []
+    for part in _distribute(body):
+        kernels.append(_lower_kernel(func, part, f"{func.name}_kernel{len(kernels)}"))
+    return DeviceProgram(func, kernels, workspaces)
+
+
+def _distribute(s):
+    if type(s) is N.Seq:
+        return [p for c in s.stmts for p in _distribute(c)]
+    if type(s) is N.IfThen and s.else_ is None:
+        parts = _distribute(s.then)
+        if len(parts) > 1:
+            return [N.IfThen(s.cond, p) for p in parts]
+    return [s]
+
+
+def _lower_kernel(func, s, name):
+    bound = []
+    _walk(s, lambda x, st: bound.append(x) if _is_bound(x, BLOCK_TAGS + THREAD_TAGS) else None)
+    if not bound:
+        stage = _stage_names(s)
+        raise ScheduleError(
+            f"stage {stage} has no loop bound to blockIdx/threadIdx; bind its loops (e.g. "
+            f"s[{stage.split(',')[0]}].bind(axis, te.thread_axis(\"blockIdx.x\"))) or compute "
+            "it inside a bound loop (compute_at); code between kernels is not supported")
+    grid, block, guard = _launch(s, name)
+    _check_scopes(s)
+    s = _rewrite(s, _reduce_across_threads)
+    s = _rewrite(s, _privatize)
+    s = _sync(s, (frozenset(), frozenset()), frozenset())[0]
+    s = _bind(s, block, guard, frozenset())
+    _check_barriers(s, set(INDEX[t] for t in THREAD_TAGS), False)
+    shared = []
+
+    def hoist(x):
+        if type(x) is N.Allocate:
+            if x.buffer.scope == "shared":
+                shared.append(x.buffer)
+                return x.body
+            size = simplify(x.buffer.size())
+            if not isinstance(size, E.Const):
+                raise ScheduleError(
+                    f"local buffer {x.buffer.name} has the symbolic size {expr_str(size)}; "
+                    "local arrays need constant sizes: split the loops it is computed at so "
+                    "that the region they cover is constant")
+        return None
+    s = _rewrite(s, hoist)
+    return Kernel(name, s, grid, block, shared)
+
+
+def _launch(s, name):
+    loops = {t: [] for t in BLOCK_TAGS + THREAD_TAGS}
+
+    def visit(x, stack):
+        if type(x) is N.For and x.kind == "parallel":
+            raise ScheduleError(f"loop {x.var.name} is marked parallel, a CPU annotation; on "
+                                "CUDA bind it to blockIdx/threadIdx instead")
+        if not _is_bound(x, loops):
+            return
+        tag = x.thread_tag
+        for o in stack:
+            if type(o) is N.For and o.thread_tag == tag:
+                raise ScheduleError(f"loop {x.var.name} is bound to {tag} inside loop "
+                                    f"{o.var.name}, which is bound to {tag} too")
+            if tag in BLOCK_TAGS and type(o) is N.For and o.kind != "thread":
+                raise ScheduleError(
+                    f"loop {o.var.name} encloses loop {x.var.name}, which is bound to {tag}: "
+                    "every block would run it, and blocks cannot wait for each other; "
+                    f"reorder so that {x.var.name} is outside {o.var.name}")
+        loops[tag].append((x, stack))
+    _walk(s, visit)
+    guard, grid, block = {}, {}, []
+    for tag in THREAD_TAGS:
+        size = 1
+        for loop, stack in loops[tag]:
+            hi = interval(_extent(loop), _ranges(stack))[1]
+            if hi is None:
+                raise ScheduleError(
+                    f"loop {loop.var.name} is bound to {tag} but its extent "
+                    f"{expr_str(_extent(loop))} has no constant bound; threadIdx extents must "
+                    "be constants: split the loop by a constant factor and bind the inner one")
+            size = max(size, hi)
+        for loop, _ in loops[tag]:
+            ext = _extent(loop)
+            guard[loop.var] = not (isinstance(ext, E.Const) and ext.value == size)
+        block.append(size)
+    if any(b > m for b, m in zip(block, MAX_BLOCK)) or block[0] * block[1] * block[2] > 1024:
+        raise ScheduleError(f"{name}: a block of {block[0]} x {block[1]} x {block[2]} threads "
+                            "exceeds CUDA's limits (1024 threads, z at most 64)")
+    for tag in BLOCK_TAGS:
+        if len(loops[tag]) > 1:
+            a, b = loops[tag][0][0], loops[tag][1][0]
+            raise ScheduleError(
+                f"loops {a.var.name} and {b.var.name} are both bound to {tag} in one kernel: "
+                "blocks cannot wait for each other, so one stage could read what another block "
+                "has not written yet; compute the producer at the root (its own kernel)")
+        for loop, stack in loops[tag]:
+            ext = _extent(loop)
+            ctx = [(o.var, o.lo, o.hi) if type(o) is N.For else (o.var, o.value, o.value + 1)
+                   for o in stack if type(o) in (N.For, N.LetStmt)]
+            grid[tag] = (ext, ctx)
+            guard[loop.var] = any(v in {c[0] for c in ctx} for v in free_vars(ext))
+    return grid, tuple(block), guard
+
+
+def _check_scopes(s):
+    def visit(x, stack):
+        if type(x) is not N.Allocate:
+            return
+        buf = x.buffer
+        if buf.scope == "global":
+            raise ScheduleError(
+                f"stage {buf.name} is computed inside a kernel with scope 'global'; a kernel "
+                f"cannot allocate global memory: use s[{buf.name}].set_scope('local') (one "
+                "copy per thread) or 'shared' (one per block), or compute it at the root")
+        if buf.scope == "shared":
+            outer = [o for o in stack if _is_bound(o, THREAD_TAGS)]
+            if outer:
+                raise ScheduleError(
+                    f"shared buffer {buf.name} is allocated inside loop {outer[-1].var.name}, "
+                    f"which is bound to {outer[-1].thread_tag}: its region is computed per "
+                    "thread, so the threads of a block would overwrite each other's copies; "
+                    f"compute {buf.name} at a loop outside the threadIdx loops (e.g. the "
+                    "reduction loop of a block-level stage whose own loops are bound to "
+                    "threadIdx), or use scope 'local'")
+            if not isinstance(simplify(buf.size()), E.Const):
+                raise ScheduleError(f"shared buffer {buf.name} has the symbolic size "
+                                    f"{expr_str(simplify(buf.size()))}; shared memory needs a "
+                                    "constant size (split the loops it is computed at)")
+    _walk(s, visit)
+
+
+# -- 2. thread-private local buffers --------------------------------------------------------
+
+def _privatize(a):
+    """Shrink a local buffer allocated outside the threadIdx loops that use it."""
+    if type(a) is not N.Allocate or a.buffer.scope != "local":
+        return None
+    buf = a.buffer
+    acc = [x for x in _accesses(a.body) if x[1] is buf]
+    tvars = {}
+    _walk(a.body, lambda x, st: tvars.__setitem__(x.var, x.thread_tag)
+          if _is_bound(x, THREAD_TAGS) else None)
+    if not tvars or not acc:
+        return None
+    sigs, rests = [], []
+    for node, _, idx, store, stack in acc:
+        sig, rest = [], []
+        for i in idx:
+            terms, _ = affine(i)
+            sig.append(tuple(sorted((tvars[v], c) for v, c in terms.values()
+                                  if type(v) is E.Var and v in tvars)))
+            rest.append(simplify(substitute(i, {v: E.Const(0, v.dtype) for v in tvars})))
+        if any(v in tvars for r in rest for v in free_vars(r)):
+            sig = None
+        sigs.append(sig)
+        rests.append((rest, stack))
+    if all(sg is not None and not any(sg) for sg in sigs):
+        return None
+    if any(sg != sigs[0] for sg in sigs) or sigs[0] is None:
+        raise ScheduleError(
+            f"local buffer {buf.name} is allocated outside the threadIdx loops that use it and "
+            "threads would read elements other threads wrote; local memory is private to a "
+            f"thread: give {buf.name} scope 'shared', or compute it inside the threadIdx loops")
+    shape = list(buf.shape)
+    part = [d for d, sg in enumerate(sigs[0]) if sg]
+    for d in part:
+        if len(sigs[0][d]) != 1 or sigs[0][d][0][1] <= 0:
+            raise ScheduleError(f"local buffer {buf.name}: dimension {d} mixes several thread "
+                                "indices; cannot give each thread its own part")
+        coef, top = sigs[0][d][0][1], 0
+        for rest, stack in rests:
+            lo, hi = interval(canonical(rest[d]), _ranges(stack))
+            if lo is None or hi is None or lo < 0 or hi >= coef:
+                raise ScheduleError(
+                    f"local buffer {buf.name} is allocated outside the threadIdx loops that use "
+                    f"it, and the part each thread uses (dimension {d}, "
+                    f"{expr_str(rest[d])}) cannot be bounded; compute {buf.name} inside the "
+                    "threadIdx loops")
+            top = max(top, hi + 1)
+        shape[d] = E.Const(top, "int64")
+    new = N.Buffer(buf.name, shape, buf.dtype, "local")
+    zero = {v: E.Const(0, v.dtype) for v in tvars}
+
+    def idx(indices):
+        return [simplify(substitute(i, zero)) if d in part else i for d, i in enumerate(indices)]
+
+    def fexpr(e):
+        from ..ir.functor import transform
+        return transform(e, lambda x: N.BufferLoad(new, idx(x.indices), x.dtype)
+                         if type(x) is N.BufferLoad and x.buffer is buf else None)
+
+    def fstmt(x):
+        from ..tir.functor import map_exprs
+        x = map_exprs(x, fexpr)
+        if type(x) is N.Store and x.buffer is buf:
+            return N.Store(new, idx(x.indices), x.value)
+        return x
+    return N.Allocate(new, _rewrite(a.body, fstmt))
+
+
+# -- 3. cross-thread reductions --------------------------------------------------------------
+
+def _identity(op, dtype):
+    if dtype == "bool":
+        return E.Const(op in ("mul", "min", "bitand"), "bool")
+    if op in ("add", "bitor", "bitxor"):
+        return E.Const(0, dtype)
+    if op == "mul":
+        return E.Const(1, dtype)
+    if op == "bitand":
+        return E.Const(dt.max_value(dtype) if dt.is_uint(dtype) else -1, dtype)
+    inf = float("inf") if dt.is_float(dtype) else None
+    if op == "max":
+        return E.Const(-inf if inf else dt.min_value(dtype), dtype)
+    return E.Const(inf if inf else dt.max_value(dtype), dtype)
+
+
+def _update(st):
+    """``(op, rhs)`` if ``st`` is ``B[idx] = B[idx] op rhs`` (either operand order)."""
+    v = st.value
+    if type(v) is not E.Binary or v.op not in _IDENTITY_OPS:
+        return None
+    key = [expr_str(i) for i in st.indices]
+    for x, y in ((v.a, v.b), (v.b, v.a)):
+        if type(x) is N.BufferLoad and x.buffer is st.buffer and \
+                [expr_str(i) for i in x.indices] == key:
+            return v.op, y
+    return None
+
+
+def _reduce_across_threads(loop):
+    if not _is_bound(loop, BLOCK_TAGS + THREAD_TAGS):
+        return None
+    inner, allocated = {loop.var}, set()
+    _walk(loop.body, lambda x, st: inner.add(x.var) if type(x) in (N.For, N.LetStmt) else
+          allocated.add(x.buffer) if type(x) is N.Allocate else None)
+    found = []
+    for node, buf, idx, store, _ in _accesses(loop.body):
+        if not store or buf in allocated or _update(node) is None or \
+                any(loop.var in free_vars(i) for i in idx):
+            continue
+        if loop.thread_tag in BLOCK_TAGS:
+            if buf.scope != "global":
+                continue        # block-private memory: no other block sees it
+            raise ScheduleError(
+                f"loop {loop.var.name} bound to {loop.thread_tag} carries the reduction into "
+                f"{buf.name}: blocks cannot combine their results; bind a data-parallel loop to "
+                "blockIdx and the reduction loop to threadIdx (a cross-thread reduction), or "
+                "rfactor it")
+        if any(v in inner for i in idx for v in free_vars(i)):
+            raise ScheduleError(
+                f"the reduction into {buf.name} over loop {loop.var.name} (bound to "
+                f"{loop.thread_tag}) sits inside a loop over other elements of {buf.name}; "
+                f"make {loop.var.name} the innermost loop bound to threads around the update, or "
+                "rfactor it")
+        if buf not in found:
+            found.append(buf)
+    if not found:
+        return None
+    accs, epilogue, seen = [], [], {}
+    zero = [E.Const(0, "int64")]
+
+    def fstmt(x):
+        if type(x) is not N.Store or x.buffer not in found:
+            return None
+        up = _update(x)
+        if up is None:
+            raise ScheduleError(
+                f"cross-thread reduction into {x.buffer.name} (loop {loop.var.name} bound to "
+                f"{loop.thread_tag}): only sum, prod, min, max and bitwise reducers can be "
+                "combined across threads; rfactor the reduction and reduce serially")
+        key = (x.buffer, tuple(expr_str(i) for i in x.indices))
+        if key not in seen:
+            acc = seen[key] = N.Buffer(f"red_{x.buffer.name}", [E.Const(1, "int64")],
+                                       x.buffer.dtype, "local")
+            accs.append((acc, up[0], _identity(up[0], x.buffer.dtype)))
+            epilogue.append(N.Store(x.buffer, x.indices, E.binary(
+                up[0], N.BufferLoad(x.buffer, x.indices), N.BufferLoad(acc, zero))))
+        acc = seen[key]
+        return N.Store(acc, zero, E.binary(up[0], N.BufferLoad(acc, zero), up[1]))
+    body = _rewrite(loop.body, fstmt)
+    left = [b for _, b, _, _, _ in _accesses(body) if b in found]
+    if left:
+        raise ScheduleError(f"{left[0].name} is used inside the cross-thread reduction loop "
+                            f"{loop.var.name} other than by the reduction itself")
+    return CrossThreadReduce(accs, loop.thread_tag, loop.replace(body=body), N.seq(epilogue))
+
+
+# -- 4. barriers ------------------------------------------------------------------------------
+
+def _shared_rw(s):
+    reads, writes = set(), set()
+    for _, buf, _, store, _ in _accesses(s):
+        if buf.scope == "shared":
+            (writes if store else reads).add(buf)
+    return reads, writes
+
+
+def _sync(s, state, varying, divergent=False):
+    """Insert barriers into ``s``.  ``state`` is (written, read): the shared buffers accessed
+    since the last barrier; ``varying`` the variables that depend on threadIdx.  Returns
+    ``(statement, state)``."""
+    t = type(s)
+    dirty, read = state
+    if t is N.Barrier:
+        return s, (frozenset(), frozenset())
+    if t is N.Seq:
+        out = []
+        for c in s.stmts:
+            r, w = _shared_rw(c)
+            clash = r & dirty | w & (read | dirty)
+            if clash:
+                if divergent:
+                    raise ScheduleError(
+                        f"shared buffer {sorted(b.name for b in clash)[0]} needs a "
+                        "__syncthreads() inside control flow that depends on threadIdx (a loop "
+                        "bound or a condition), where not every thread would reach it")
+                out.append(N.Barrier())
+                dirty, read = frozenset(), frozenset()
+            c, (dirty, read) = _sync(c, (dirty, read), varying, divergent)
+            out.append(c)
+        return N.seq(out), (dirty, read)
+    if t is CrossThreadReduce:
+        body, _ = _sync(s.body, state, varying, divergent)
+        epi, st = _sync(s.epilogue, (frozenset(), frozenset()), varying, divergent)
+        return CrossThreadReduce(s.accs, s.tag, body, epi), st
+    if t is N.For and s.kind == "thread" and s.thread_tag != "vthread":
+        inner = varying | {s.var} if s.thread_tag in THREAD_TAGS else varying
+        body, st = _sync(s.body, state, inner, divergent)
+        return s.replace(body=body), st
+    if t is N.For:
+        div = divergent or any(v in varying for v in free_vars(s.lo) + free_vars(s.hi))
+        inner = varying | {s.var} if div else varying
+        _, end = _sync(s.body, state, inner, div)
+        merged = (dirty | end[0], read | end[1])
+        body, out = _sync(N.Seq((s.body,)), merged, inner, div)
+        return s.replace(body=body), (out[0] | dirty, out[1] | read)
+    if t is N.IfThen:
+        div = divergent or any(v in varying for v in free_vars(s.cond))
+        then, a = _sync(s.then, state, varying, div)
+        other, b = _sync(s.else_, state, varying, div) if s.else_ is not None else (None, state)
+        return N.IfThen(s.cond, then, other), (a[0] | b[0], a[1] | b[1])
+    if t is N.LetStmt:
+        inner = varying | {s.var} if any(v in varying for v in free_vars(s.value)) else varying
+        body, st = _sync(s.body, state, inner, divergent)
+        return N.LetStmt(s.var, s.value, body), st
+    if t is N.Allocate:
+        body, st = _sync(s.body, state, varying, divergent)
+        return N.Allocate(s.buffer, body), st
+    r, w = _shared_rw(s)
+    return s, (dirty | w, read | r)
+
+
+# -- 5. thread indices ------------------------------------------------------------------------
+
+def _has_sync(s):
+    found = []
+    _walk(s, lambda x, st: found.append(x) if type(x) in (N.Barrier, CrossThreadReduce)
+          else None)
+    return bool(found)
+
+
+def _guard(s, cond):
+    """``if cond: s``, with the condition pushed below the barriers in ``s``."""
+    if not _has_sync(s):
+        return N.IfThen(cond, s)
+    t = type(s)
+    if t is N.Barrier:
+        return s
+    if t is N.LetStmt:
+        v = s.value
+        if any(type(x) in (N.BufferLoad, E.Call) for x in _nodes(v)):
+            v = E.if_then_else(cond, v, E.Const(0, v.dtype))
+        return N.LetStmt(s.var, v, _guard(s.body, cond))
+    if t is N.IfThen:
+        return N.IfThen(s.cond, _guard(s.then, cond),
+                        _guard(s.else_, cond) if s.else_ is not None else None)
+    return _with(s, [_guard(k, cond) for k in children(s)])
+
+
+def _nodes(e):
+    out = []
+    walk(e, out.append)
+    return out
+
+
+def _bind(s, block, guard, covered):
+    """Replace bound loops by their index (plus a guard where needed); make stores that some
+    threadIdx axis does not cover run on the thread with index 0 on that axis."""
+    t = type(s)
+    if t is N.For and s.kind == "thread":
+        tag = s.thread_tag
+        if tag == "vthread":
+            return s.replace(kind="unrolled", thread_tag="",
+                             body=_bind(s.body, block, guard, covered))
+        inner = covered | {tag} if tag in THREAD_TAGS else covered
+        body = _bind(s.body, block, guard, inner)
+        idx = E.cast(INDEX[tag], s.var.dtype)
+        value = simplify(E.binary("add", s.lo, E.binary("mul", idx, E.Const(s.step,
+                                                                              s.var.dtype))))
+        if guard.get(s.var, True):
+            body = _guard(body, E.compare("lt", s.var, s.hi))
+        return N.LetStmt(s.var, value, body)
+    if t is N.Store:
+        if s.buffer.scope == "local":
+            return s
+        free = [tg for tg, n in zip(THREAD_TAGS, block) if n > 1 and tg not in covered]
+        if not free:
+            return s
+        cond = E.Const(True, "bool")
+        for tg in free:
+            cond = E.logical("and", cond, E.compare("eq", INDEX[tg], E.Const(0, "int32")))
+        return N.IfThen(cond, s)
+    if t is CrossThreadReduce:
+        return _expand_reduce(s, _bind(s.body, block, guard, covered),
+                              _bind(s.epilogue, block, guard, covered), block)
+    kids = children(s)
+    if not kids:
+        return s
+    return _with(s, [_bind(k, block, guard, covered) for k in kids])
+
+
+def _expand_reduce(s, body, epilogue, block):
+    """Per-thread partial values, then a tree over shared memory along ``s.tag``::
+
+        red_buf[tid] = acc; sync
+        for d in (P/2, ..., 1): if t < d and t + d < D: red_buf[tid] op= red_buf[tid + d*stride]; sync
+        acc = red_buf[tid - t*stride]; sync
+    """
+    axis = THREAD_TAGS.index(s.tag)
+    size, stride = block[axis], 1
+    for n in block[:axis]:
+        stride *= n
+    tid, scale = E.Const(0, "int32"), 1
+    for tag, n in zip(THREAD_TAGS, block):
+        if n > 1:
+            tid = E.binary("add", tid, E.binary("mul", INDEX[tag], E.Const(scale, "int32")))
+        scale *= n
+    tid, t = simplify(tid), INDEX[s.tag]
+    zero = [E.Const(0, "int64")]
+    init, tree, shared = [], [], []
+    for acc, op, ident in s.accs:
+        init.append(N.Store(acc, zero, ident))
+        red = N.Buffer(f"{acc.name}_buf", [E.Const(scale, "int64")], acc.dtype, "shared")
+        shared.append(red)
+        tree += [N.Store(red, [tid], N.BufferLoad(acc, zero)), N.Barrier()]
+        d = 1
+        while d * 2 < size:
+            d *= 2
+        while d >= 1 and size > 1:
+            cond = E.compare("lt", t, E.Const(d, "int32"))
+            if d * 2 > size:
+                cond = E.logical("and", cond, E.compare("lt", t, E.Const(size - d, "int32")))
+            other = simplify(E.binary("add", tid, E.Const(d * stride, "int32")))
+            tree += [N.IfThen(cond, N.Store(red, [tid], E.binary(
+                op, N.BufferLoad(red, [tid]), N.BufferLoad(red, [other])))), N.Barrier()]
+            d //= 2
+        first = simplify(E.binary("sub", tid, E.binary("mul", t, E.Const(stride, "int32"))))
+        tree += [N.Store(acc, zero, N.BufferLoad(red, [first])), N.Barrier()]
+    out = N.seq(init + [body] + tree + [epilogue])
+    for b in shared + [a for a, _, _ in s.accs]:
+        out = N.Allocate(b, out)
+    return out
+
+
+def _check_barriers(s, varying, divergent):
+    t = type(s)
+    if t in (N.Barrier, CrossThreadReduce) and divergent:
+        raise ScheduleError(
+            "a __syncthreads() (for shared memory or a cross-thread reduction) would sit inside "
+            "control flow that depends on threadIdx (a loop whose bounds or a condition that "
+            "uses a thread index), where not every thread of the block reaches it")
+    if t is N.LetStmt and any(v in varying for v in free_vars(s.value)):
+        varying = varying | {s.var}
+    if t is N.For and any(v in varying for v in free_vars(s.lo) + free_vars(s.hi)):
+        varying, divergent = varying | {s.var}, True
+    if t is N.IfThen and any(v in varying for v in free_vars(s.cond)):
+        divergent = True
+    for k in children(s):
+        _check_barriers(k, varying, divergent)
+
+
+__all__ = ["lower_threads", "DeviceProgram", "Kernel", "CrossThreadReduce", "INDEX",
+           "BLOCK_TAGS", "THREAD_TAGS", "canonical", "children"]
