@@ -143,23 +143,35 @@ def out_size(op, what, size, pad_total, k, stride, dilation):
             raise DefinitionError(f"{op}: the window ({span} after dilation) is larger than the "
                                   f"padded input {what} ({c} + {pad_total})")
         return o
-    return simplify((E.as_expr(size) + (pad_total - span)) // stride + 1)
+    if stride != 1:
+        raise DefinitionError(f"{op}: the input {what} is symbolic ({size!r}), which needs "
+                              f"stride 1 (with stride {stride} the output size would not be "
+                              "affine in the input size; tedsl needs affine sizes)")
+    return simplify(E.as_expr(size) + (pad_total - span + 1))
 
 
 # -- targets --------------------------------------------------------------------------------------
 
 def parse_target(target, what):
+    """The parsed target; ``cuda`` needs tedsl's CUDA code generator."""
     from ..codegen.target import parse
     tgt = parse(target)
     if tgt.kind == "cuda":
-        raise TargetUnavailableError(
-            f"{what}: tedsl.ops has no default schedules for target {target!r} yet (CUDA code "
-            "generation is being written); schedule the compute with te.create_schedule and "
-            "bind its loops to te.thread_axis yourself, or use target='llvm'")
+        import importlib.util
+        if importlib.util.find_spec("tedsl.codegen.cuda") is None:
+            raise TargetUnavailableError(
+                f"{what}: no CUDA code generator in this tedsl (tedsl/codegen/cuda.py), so "
+                f"there are no default schedules for target {target!r}; use target='llvm'")
+        return tgt
     if tgt.kind != "llvm":
         raise TargetUnavailableError(f"{what}: no default schedules for target {target!r}; "
-                                     "use target='llvm'")
+                                     "use target='llvm' or 'cuda'")
     return tgt
+
+
+def accumulators(tgt):
+    """Vector registers a register tile may use for its accumulators."""
+    return 16 if vector_bits_of(tgt) >= 512 else 12
 
 
 def vector_lanes(tgt, dtype):
@@ -252,7 +264,13 @@ def maybe_parallel(stage, iv, work):
 
 
 def schedule_injective_stage(s, op, tgt):
-    """Default schedule of an elementwise / broadcast output: vector inner, parallel outer."""
+    """Default schedule of an elementwise / broadcast stage: vector inner, parallel outer.
+
+    With constant sizes and rows a multiple of the vector width, all axes are fused into one
+    contiguous loop cut into vectors and parallel chunks; otherwise the last axis is vectorized
+    (by a width that divides it when one fills most of a register, see ``vector_block``) and
+    the other axes are fused and run in parallel.
+    """
     st = s[op]
     axes = list(op.axis)
     if not axes:
@@ -261,26 +279,20 @@ def schedule_injective_stage(s, op, tgt):
     work = numel(op.shape)
     last = axes[-1]
     ext_last = extent(st, last)
-    if ext_last is not None and ext_last % lanes != 0 and ext_last < 4 * lanes and len(axes) > 1:
-        # short rows that are not a multiple of the vector width: fuse everything into one
-        # loop (vector accesses become gathers, but all lanes are busy)
-        fused = fuse_outer(st, axes)
-        if len(fused) == 1:
-            o, _ = split_vector(st, fused[0], lanes)
-            if o is not None:
-                chunk = max(1, 4096 // lanes)
-                if extent(st, o) is None or extent(st, o) > chunk:
-                    o, _ = st.split(o, factor=chunk)
-            maybe_parallel(st, o, work)
-            return
-        axes = fused
-        last = axes[-1]
+    chunk = max(1, 4096 // lanes)        # parallel chunks of 4096 elements
+    if work is not None and ext_last % lanes == 0:
+        fused = fuse_outer(st, axes)[0]
+        o, _ = split_vector(st, fused, lanes)
+        if o is not None and extent(st, o) > chunk:
+            o, _ = st.split(o, factor=chunk)
+        maybe_parallel(st, o, work)
+        return
+    vb = vector_block(ext_last, lanes, max_regs=1)
+    o, _ = split_vector(st, last, vb)
     outer = fuse_outer(st, axes[:-1])
-    o, _ = split_vector(st, last, lanes)
     if outer:
         maybe_parallel(st, outer[0], work)
     elif o is not None:
-        chunk = max(1, 4096 // lanes)     # parallel chunks of 4096 elements
         if extent(st, o) is None or extent(st, o) > chunk:
             o, _ = st.split(o, factor=chunk)
         maybe_parallel(st, o, work)
@@ -308,11 +320,12 @@ def attach_tile(cs, T, outer, parallel_work=None):
     ``outer`` (``T``'s loops outside the tile, outermost first, consecutive) and run one of the
     loops outside in parallel (unless ``parallel_work`` elements is small).
 
-    Works around two limits of tedsl's ``compute_at``: loops of constant extent 1 are moved
-    inside the attach point (attaching below one fails with a ``KeyError`` in
-    ``tir/build.py``), and the loops are not fused (attaching at or below a fused loop fails
-    in isl with "spaces don't match").  When every loop has extent 1 the stage stays at the
-    root.  Returns the attach loop or None.
+    Works around limits of tedsl's ``compute_at``: the loops are not fused (attaching at or
+    below a fused loop fails in isl with "spaces don't match"), and loops of constant extent 1
+    are moved inside the attach point (isl does not emit them; attaching below one failed in
+    ``tir/build.py`` before commit 1958468 and still does for a stage attached inside an
+    attached stage).  When every loop has extent 1 the stage stays at the root.  Returns the
+    attach loop or None.
     """
     keep = [l for l in outer if extent(T, l) != 1]
     ones = [l for l in outer if extent(T, l) == 1]
@@ -328,3 +341,37 @@ def attach_tile(cs, T, outer, parallel_work=None):
         par = max(keep, key=lambda l: extent(T, l))
     maybe_parallel(T, par, parallel_work)
     return at
+
+
+def vector_block(ext, lanes, max_regs=2):
+    """Width of the vectorized tile along an innermost axis of extent ``ext``.
+
+    tedsl runs the tail of a vectorized loop (trip count below the vector width) as scalar
+    code, and vectors wider than one register that are not a whole number of registers split
+    badly, so: the whole axis when it fits one register, else the largest divisor of ``ext``
+    that is at most one register or a multiple of it (up to ``max_regs`` registers); when no
+    divisor fills a register (half of one for short axes), ``max_regs`` registers and a tail.
+    """
+    if ext is None:
+        return max_regs * lanes
+    if ext <= lanes:
+        return ext
+    good = [d for d in range(1, min(ext, max_regs * lanes) + 1)
+            if ext % d == 0 and (d <= lanes or d % lanes == 0)]
+    best = max(good)
+    if best >= lanes or best >= lanes // 2 and ext < 8 * max_regs * lanes:
+        return best
+    return max_regs * lanes if ext >= max_regs * lanes else lanes
+
+
+def row_block(ext, want):
+    """Rows of a register tile (unrolled): a divisor of ``ext`` in ``[want/2, want]`` when there
+    is one (no tail), else ``want`` (or ``ext`` when smaller)."""
+    if ext is None:
+        return want
+    if ext <= want:
+        return ext
+    for d in range(want, (want + 1) // 2 - 1, -1):
+        if d >= 1 and ext % d == 0:
+            return d
+    return want

@@ -36,12 +36,15 @@ def _same_shape(a, b):
 def schedule(outs, target="llvm"):
     """A good default schedule for the computes behind ``outs`` (one tensor or a list).
 
-    Only CPU targets (``"llvm"``, ``"llvm -mcpu=..."``) have default schedules; ``"cuda"``
-    raises :class:`tedsl.TargetUnavailableError`.
+    ``target``: ``"llvm"`` / ``"llvm -mcpu=..."`` (the schedules described above) or ``"cuda"``
+    / ``"cuda -arch=sm_XX"`` (simple grid mappings, see ``tedsl/ops/_cuda.py``).
     """
     from ..schedule.schedule import create_schedule
     outs = C.check_outs(outs, "ops.schedule")
     tgt = C.parse_target(target, "ops.schedule")
+    if tgt.kind == "cuda":
+        from ._cuda import schedule_cuda
+        return schedule_cuda(outs, tgt)
     s = create_schedule(outs)
     ops = graph.post_order(outs)
     out_ops = {id(t.op) for t in outs}

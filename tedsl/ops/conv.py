@@ -11,8 +11,20 @@ Layouts (as TVM topi):
 ``(top, left, bottom, right)`` (zero padding).  ``OH = (H + top + bottom - dilation_h * (KH - 1)
 - 1) // stride_h + 1`` (likewise ``OW``).  Inputs must share a dtype; ``out_dtype`` (default: that
 dtype) is the accumulation dtype.  Padding is a separate ``te.compute`` (tag ``pad``) that the
-default schedule inlines.  Sizes should be constants for the blocked schedule; symbolic batch or
-spatial sizes are accepted (the schedule then uses the same splits with isl-derived tails).
+default schedule inlines.  Channel counts and kernel sizes must be constants; the batch and the
+spatial sizes may be symbolic (``te.var``), the spatial ones with stride 1 only (tedsl needs
+output sizes affine in the input sizes).  The blocked schedules use the same splits then, with
+isl-derived tails, at a cost in build time.
+
+Default CPU schedules (a register tile via ``cache_write`` + ``compute_at`` inside the output's
+loops, or inside the loops of a fused elementwise consumer such as ``relu``):
+
+* NCHW: ``fb`` filters (unrolled) x ``xb`` output columns (vectorized), reduced over
+  (c, ry, rx) with rx unrolled; ``xb`` divides the output width where it can (tedsl runs the
+  tail of a vector loop as scalar code).
+* NHWC: ``xb`` output columns (unrolled) x ``fb`` filters (vectorized), the GEMM pattern over
+  (ry, rx, c) with c unrolled by a divisor of C.
+* depthwise: ``yb`` output rows (unrolled) x ``xb`` columns (vectorized) of one channel.
 """
 from ..errors import DefinitionError
 from ..ir import expr as E
@@ -50,7 +62,7 @@ def pad(X, before, after, value=0, name="pad"):
     return compute(shape, body, name=name, tag="pad")
 
 
-def _window(opname, X, Wt, stride, padding, dilation, kh, kw, h, w):
+def _window(opname, stride, padding, dilation, kh, kw, h, w):
     sh, sw = C.int_tuple(opname, "stride", stride, 2, minimum=1)
     dh, dw = C.int_tuple(opname, "dilation", dilation, 2, minimum=1)
     pt, pl, pb, pr = C.padding4(opname, padding)
@@ -85,7 +97,7 @@ def conv2d_nchw(X, W, stride=1, padding=0, dilation=1, out_dtype=None, name="con
                               f"{C.shape_str(W.shape)} expects {C.dim_str(Cw)} (weight layout "
                               "is (F, C, KH, KW))")
     (sh, sw), (dh, dw), (pt, pl, pb, pr), kh, kw, oh, ow = \
-        _window(op, X, W, stride, padding, dilation, KH, KW, H, Wd)
+        _window(op, stride, padding, dilation, KH, KW, H, Wd)
     Xp = pad(X, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
     rc = reduce_axis((0, Ci), name="rc")
     ry = reduce_axis((0, kh), name="ry")
@@ -110,7 +122,7 @@ def conv2d_nhwc(X, W, stride=1, padding=0, dilation=1, out_dtype=None, name="con
                               f"{C.shape_str(W.shape)} expects {C.dim_str(Cw)} (weight layout "
                               "is (KH, KW, C, F))")
     (sh, sw), (dh, dw), (pt, pl, pb, pr), kh, kw, oh, ow = \
-        _window(op, X, W, stride, padding, dilation, KH, KW, H, Wd)
+        _window(op, stride, padding, dilation, KH, KW, H, Wd)
     Xp = pad(X, (0, pt, pl, 0), (0, pb, pr, 0), name=f"{name}_pad")
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
@@ -140,7 +152,7 @@ def depthwise_conv2d_nchw(X, W, stride=1, padding=0, dilation=1, out_dtype=None,
         raise DefinitionError(f"{op}: the channel multiplier (weight dim 1) must be a positive "
                               f"constant, got {M!r}")
     (sh, sw), (dh, dw), (pt, pl, pb, pr), kh, kw, oh, ow = \
-        _window(op, X, W, stride, padding, dilation, KH, KW, H, Wd)
+        _window(op, stride, padding, dilation, KH, KW, H, Wd)
     Xp = pad(X, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
     ry = reduce_axis((0, kh), name="ry")
     rx = reduce_axis((0, kw), name="rx")
@@ -165,33 +177,29 @@ def _cache(s, op, host):
     return s[host], s[op], op
 
 
-def _inner_width(ext, lanes):
-    """Vector tile width for an innermost extent (2 registers when it is long enough)."""
-    if ext is None or ext >= 2 * lanes:
-        return 2 * lanes
-    if ext >= lanes:
-        return lanes
-    return ext
-
-
 def _unroll_small(cs, iv, limit=8):
     e = C.extent(cs, iv)
     if e is not None and e <= limit:
         cs.unroll(iv)
 
 
+def _blocks(tgt, lanes, vec_ext, row_ext):
+    """``(vector block, row block)`` of a register tile: vector width along the contiguous
+    axis, and as many unrolled rows as the accumulator registers allow."""
+    vb = C.vector_block(vec_ext, lanes)
+    regs = -(-vb // lanes)
+    return vb, C.row_block(row_ext, max(1, C.accumulators(tgt) // regs))
+
+
 @C.register("conv2d_nchw")
 def _schedule_conv2d_nchw(s, op, host, tgt):
+    """Register tile: ``fb`` filters (unrolled) x ``xb`` output columns (vector), accumulated
+    over (c, ry, rx); the pad stage is inlined."""
     out = op.output(0)
     lanes = C.vector_lanes(tgt, out.dtype)
-    bits = C.vector_bits_of(tgt)
     T, cs, cop = _cache(s, op, host)
     n, f, y, x = host.axis
-    xb = _inner_width(C.extent(T, x), lanes)
-    fb = (8 if bits >= 512 else 6) if xb > lanes else (12 if bits >= 512 else 6)
-    ef = C.extent(T, f)
-    if ef is not None:
-        fb = max(1, min(fb, ef))
+    xb, fb = _blocks(tgt, lanes, C.extent(T, x), C.extent(T, f))
     fo, fi = T.split(f, factor=fb)
     xo, xi = T.split(x, factor=xb)
     T.reorder(n, fo, y, xo, fi, xi)
@@ -209,22 +217,26 @@ def _schedule_conv2d_nchw(s, op, host, tgt):
 
 @C.register("conv2d_nhwc")
 def _schedule_conv2d_nhwc(s, op, host, tgt):
+    """Register tile: ``xb`` output columns (unrolled) x ``fb`` filters (vector), accumulated
+    over (ry, rx, c) with c unrolled by a divisor of C (the GEMM pattern, without packing:
+    the HWIO weight rows are contiguous already)."""
     out = op.output(0)
     lanes = C.vector_lanes(tgt, out.dtype)
-    bits = C.vector_bits_of(tgt)
     T, cs, cop = _cache(s, op, host)
     n, y, x, f = host.axis
-    fb = _inner_width(C.extent(T, f), lanes)
-    xb = (8 if bits >= 512 else 6) if fb > lanes else (12 if bits >= 512 else 6)
+    fb, xb = _blocks(tgt, lanes, C.extent(T, f), C.extent(T, x))
     xo, fo, xi, fi = T.tile(x, f, xb, fb)
     C.attach_tile(cs, T, [n, y, xo, fo], _work(op))
     cn, cy, cx, cf = cop.axis
     ry, rx, rc = cop.reduce_axis
     cxo, cxi = cs.split(cx, factor=xb)
     cfo, cfi = cs.split(cf, factor=fb)
-    rco, rci = cs.split(rc, factor=4)
+    ci = C.const_int(rc.end)
+    rco, rci = cs.split(rc, factor=next(f for f in (4, 3, 2, 1) if ci % f == 0)
+                        if ci is not None else 1)
     cs.reorder(cn, cy, cxo, cfo, ry, rx, rco, rci, cxi, cfi)
-    cs.unroll(rci)
+    if ci is not None:
+        cs.unroll(rci)
     cs.unroll(cxi)
     cs.vectorize(cfi)
     T.vectorize(fi)
@@ -232,12 +244,14 @@ def _schedule_conv2d_nhwc(s, op, host, tgt):
 
 @C.register("depthwise_conv2d_nchw")
 def _schedule_depthwise(s, op, host, tgt):
+    """Register tile: ``yb`` output rows (unrolled) x ``xb`` columns (vector) of one channel,
+    accumulated over the (unrolled) window."""
     out = op.output(0)
     lanes = C.vector_lanes(tgt, out.dtype)
     T, cs, cop = _cache(s, op, host)
     n, c, y, x = host.axis
-    xb = _inner_width(C.extent(T, x), lanes)
-    yb = 4
+    xb = C.vector_block(C.extent(T, x), lanes)
+    yb = C.row_block(C.extent(T, y), 4 if xb > lanes else 8)
     yo, xo, yi, xi = T.tile(y, x, yb, xb)
     C.attach_tile(cs, T, [n, c, yo, xo], _work(op))
     cn, cc, cy, cx = cop.axis

@@ -48,8 +48,23 @@ def sigmoid(x, name=None):
     return _unary("sigmoid", x, intrin.sigmoid, name, float_only=True)
 
 
+def _tanh_f32(v):
+    """float32 tanh from the vectorized ``exp`` (tedsl calls scalar libm ``tanhf`` per lane):
+    Cephes' odd polynomial below |x| = 0.625, ``1 - 2 / (exp(2|x|) + 1)`` above (a few ulp)."""
+    z = v * v
+    p = E.const(-5.70498872745e-3, "float32")
+    for c in (2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1):
+        p = p * z + c
+    small = p * z * v + v
+    ax = intrin.abs(v)
+    big = 1.0 - 2.0 / (intrin.exp(ax * 2.0) + 1.0)
+    return E.select(ax < 0.625, small, E.select(v < 0.0, -big, big))
+
+
 def tanh(x, name=None):
-    return _unary("tanh", x, intrin.tanh, name, float_only=True)
+    """Hyperbolic tangent (float32: computed from the vectorized ``exp``, within a few ulp)."""
+    return _unary("tanh", x, _tanh_f32 if x.dtype == "float32" else intrin.tanh, name,
+                  float_only=True)
 
 
 def exp(x, name=None):

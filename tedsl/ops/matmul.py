@@ -11,12 +11,13 @@ Both operands must have the same dtype; ``out_dtype`` (default: that dtype) is t
 and output dtype (e.g. ``int8`` inputs, ``int32`` out).
 
 With constant shapes the right-hand operand is first packed into column panels
-(``<name>_pack[jo, k, ji] = B[k, jo * nr + ji]``, zero past the last column, ``nr`` twice the
-host's SIMD width; tag ``<tag>_pack``) so that the register tile reads it contiguously; this is
-part of the compute (as TVM's ``dense_pack``), skipped for symbolic shapes and for a ``B`` whose
-rows are already short contiguous panels.  The default schedule is the one of
+(``<name>_pack[jo, k, ji] = B[k, jo * nr + ji]``, zero past the last column, ``nr`` the
+register tile's width for the host's SIMD registers; tag ``<tag>_pack``) so that the register
+tile reads it contiguously; this is part of the compute (as TVM's ``dense_pack``).  It is
+skipped for symbolic shapes, for a single row (M = 1), and for an untransposed ``B`` with short
+rows (N <= 2 nr) or few rows of A (M < 2 mr) to amortise it.  The default schedule is the one of
 ``benchmarks/gemm.py``: an ``mr x nr`` register tile (``cache_write`` + ``compute_at``), k
-unrolled by 4, rows unrolled, columns vectorized, row tiles in parallel.
+unrolled by 4 (or 3, 2: a divisor of K), rows unrolled, columns vectorized, row tiles in parallel.
 """
 from ..errors import DefinitionError
 from ..ir import expr as E
@@ -30,15 +31,25 @@ __all__ = ["matmul", "batch_matmul", "dense"]
 KU = 4                 # k unroll of the register tile
 
 
-def _tile_sizes(tgt, dtype):
-    """``(mr, nr)``: rows and columns of the register tile (``tgt`` None: the host)."""
+def _tile_sizes(tgt, dtype, M=None, N=None):
+    """``(mr, nr)``: rows (unrolled) and columns (vector) of the register tile for an
+    ``M x N`` output (``tgt`` None: the host): two vector registers of columns (the whole row
+    when ``N`` fits one register; a divisor of ``N`` when the scalar tail panel would be more
+    than a tenth of the columns) and 8 rows (6 or 4 on targets with fewer registers).
+
+    Measured on AVX-512: 8 x 32 beats column blocks that divide ``N`` (whose vectors are not
+    whole registers) even with a scalar tail panel."""
     if tgt is None:
         from ..codegen.target import parse
         tgt = parse("llvm")
     lanes = C.vector_lanes(tgt, dtype)
     bits = C.vector_bits_of(tgt)
+    n = C.const_int(N) if N is not None else None
+    nr = n if n is not None and n <= lanes else 2 * lanes
+    if n is not None and n % nr > n // 10:
+        nr = C.vector_block(n, lanes)       # a scalar tail panel would be > 10% of the work
     mr = 8 if bits >= 512 else 6 if bits >= 256 else 4
-    return mr, 2 * lanes
+    return mr, nr
 
 
 def _check_dtypes(opname, a, b, out_dtype):
@@ -48,15 +59,15 @@ def _check_dtypes(opname, a, b, out_dtype):
     return C.out_dtype_of(opname, out_dtype, a.dtype)
 
 
-def _product(opname, tag, name, batch, M, N, K, a_load, b_load, b_batch, od, pack, transposed_b):
+def _product(tag, name, batch, M, N, K, a_load, b_load, b_batch, od, pack):
     """``out[b.., i, j] = sum_k a_load(b, i, k) * b_load(bB, k, j)``, optionally with a packed B.
 
-    ``batch`` is the output batch shape, ``b_batch`` the batch shape of B (length 0 or 1), and
-    ``bmap(idx)`` maps an output batch index to B's.
+    ``batch`` is the output batch shape and ``b_batch`` the batch shape of B (length 0 or 1;
+    a B batch of size 1 is read at index 0 for every output batch).
     """
     nb = len(batch)
     if pack:
-        _, nr = _tile_sizes(None, od)
+        _, nr = _tile_sizes(None, od, M, N)
         Nc = C.const_int(N)
         nparts = (Nc + nr - 1) // nr
         full = Nc % nr == 0
@@ -88,7 +99,7 @@ def _want_pack(M, N, K, transposed_b, dtype):
     if any(C.const_int(d) is None for d in (M, N, K)):
         return False
     M, N, K = C.const_int(M), C.const_int(N), C.const_int(K)
-    mr, nr = _tile_sizes(None, dtype)
+    mr, nr = _tile_sizes(None, dtype, M, N)
     if transposed_b:        # B's columns are strided: pack unless the product is tiny
         return M >= 2 and N * K >= 64
     return M >= 2 * mr and N > 2 * nr
@@ -113,8 +124,8 @@ def matmul(A, B, transpose_a=False, transpose_b=False, out_dtype=None, name="mat
 
     def b_load(bb, k, j):
         return B[j, k] if transpose_b else B[k, j]
-    return _product(op, "matmul", name, (), M, N, Ka, a_load, b_load, (), od,
-                    _want_pack(M, N, Ka, transpose_b, od), transpose_b)
+    return _product("matmul", name, (), M, N, Ka, a_load, b_load, (), od,
+                    _want_pack(M, N, Ka, transpose_b, od))
 
 
 def batch_matmul(A, B, transpose_a=False, transpose_b=False, out_dtype=None,
@@ -147,8 +158,8 @@ def batch_matmul(A, B, transpose_a=False, transpose_b=False, out_dtype=None,
 
     def b_load(bb, k, j):
         return B[bb[0], j, k] if transpose_b else B[bb[0], k, j]
-    return _product(op, "batch_matmul", name, (batch,), M, N, Ka, a_load, b_load, (bb_,), od,
-                    _want_pack(M, N, Ka, transpose_b, od), transpose_b)
+    return _product("batch_matmul", name, (batch,), M, N, Ka, a_load, b_load, (bb_,), od,
+                    _want_pack(M, N, Ka, transpose_b, od))
 
 
 def dense(x, w, bias=None, out_dtype=None, name="dense"):
@@ -170,8 +181,8 @@ def dense(x, w, bias=None, out_dtype=None, name="dense"):
         if not C.same_dim(bias.shape[0], N):
             raise DefinitionError(f"{op}: bias has {C.dim_str(bias.shape[0])} elements but w has "
                                   f"{C.dim_str(N)} output features")
-    D = _product(op, "dense", name, (), M, N, K, lambda b, i, k: x[i, k],
-                 lambda b, k, j: w[j, k], (), od, _want_pack(M, N, K, True, od), True)
+    D = _product("dense", name, (), M, N, K, lambda b, i, k: x[i, k],
+                 lambda b, k, j: w[j, k], (), od, _want_pack(M, N, K, True, od))
     if bias is None:
         return D
     return compute((M, N), lambda i, j: D[i, j] + bias[j], name=f"{name}_bias", tag="broadcast")
@@ -182,7 +193,7 @@ def dense(x, w, bias=None, out_dtype=None, name="dense"):
 @C.register("matmul", "batch_matmul", "dense")
 def _schedule_product(s, op, host, tgt):
     out = op.output(0)
-    mr, nr = _tile_sizes(tgt, out.dtype)
+    mr, nr = _tile_sizes(tgt, out.dtype, op.shape[-2], op.shape[-1])
     packs = [t.op for t in op.input_tensors() if t.op.tag.endswith("_pack")]
     if packs:
         nr = C.const_int(packs[0].shape[-1])
@@ -197,12 +208,19 @@ def _schedule_product(s, op, host, tgt):
     io, jo, ii, ji = T.tile(i, j, mr, nr)
     C.attach_tile(cs, T, batch + [io, jo], _work(op))
     ic, jc = cop.axis[-2], cop.axis[-1]
-    ko, ki = cs.split(cop.reduce_axis[0], factor=KU)
     ico, ici = cs.split(ic, factor=mr)
     jco, jci = cs.split(jc, factor=nr)
-    cs.reorder(ico, jco, ko, ki, ici, jci)
-    cs.unroll(ki)
-    cs.unroll(ici)
+    K = C.const_int(cop.reduce_axis[0].end)
+    if K is None or C.numel(op.shape) is None:
+        # symbolic sizes: the same tile, vectorized but not unrolled (every loop has a tail)
+        cs.reorder(ico, jco, cop.reduce_axis[0], ici, jci)
+    else:
+        # k unrolled by a factor that divides K (a k tail would multiply the unrolled code)
+        ku = next(f for f in (KU, 3, 2, 1) if K % f == 0)
+        ko, ki = cs.split(cop.reduce_axis[0], factor=ku)
+        cs.reorder(ico, jco, ko, ki, ici, jci)
+        cs.unroll(ki)
+        cs.unroll(ici)
     cs.vectorize(jci)
     T.vectorize(ji)
     for p in packs:

@@ -51,17 +51,17 @@ def _setup(opname, X, pool_size, stride, padding, layout, float_only):
     return hd, wd, (kh, kw), (sh, sw), (pt, pl, pb, pr), before, after, tuple(shape)
 
 
-def _window_sum(X, Xp, hd, wd, k, st, reducer, name, tag):
+def _window(Xp, hd, wd, k, st, reducer):
+    """``fcompute`` of a window reduction over the padded input ``Xp``."""
     ry = reduce_axis((0, k[0]), name="ry")
     rx = reduce_axis((0, k[1]), name="rx")
-    shape = None
 
     def body(*idx):
         src = list(idx)
         src[hd] = idx[hd] * st[0] + ry
         src[wd] = idx[wd] * st[1] + rx
         return reducer(Xp[tuple(src)], axis=[ry, rx])
-    return body, shape
+    return body
 
 
 def max_pool2d(X, pool_size, stride=None, padding=0, layout="NCHW", name="max_pool2d"):
@@ -71,8 +71,7 @@ def max_pool2d(X, pool_size, stride=None, padding=0, layout="NCHW", name="max_po
                                                     False)
     low = float("-inf") if dt.is_float(X.dtype) else dt.min_value(X.dtype)
     Xp = pad(X, before, after, value=low, name=f"{name}_pad")
-    body, _ = _window_sum(X, Xp, hd, wd, k, st, _max, name, op)
-    return compute(shape, body, name=name, tag=op)
+    return compute(shape, _window(Xp, hd, wd, k, st, _max), name=name, tag=op)
 
 
 def avg_pool2d(X, pool_size, stride=None, padding=0, count_include_pad=True, layout="NCHW",
@@ -82,8 +81,7 @@ def avg_pool2d(X, pool_size, stride=None, padding=0, count_include_pad=True, lay
     hd, wd, k, st, p, before, after, shape = _setup(op, X, pool_size, stride, padding, layout,
                                                     True)
     Xp = pad(X, before, after, value=0, name=f"{name}_pad")
-    body, _ = _window_sum(X, Xp, hd, wd, k, st, _sum, name, op)
-    S = compute(shape, body, name=f"{name}_sum", tag=op)
+    S = compute(shape, _window(Xp, hd, wd, k, st, _sum), name=f"{name}_sum", tag=op)
     if count_include_pad or not any(p):
         inv = 1.0 / (k[0] * k[1])
         return compute(shape, lambda *i: S[i] * E.const(inv, X.dtype), name=name,
@@ -106,14 +104,14 @@ def avg_pool2d(X, pool_size, stride=None, padding=0, count_include_pad=True, lay
 @C.register("max_pool2d", "avg_pool2d")
 def _schedule_pool(s, op, host, tgt):
     """Vector lanes along the innermost (contiguous) output axis, the window loops outside
-    them in a register tile, the other axes fused and parallel."""
-    from .conv import _cache, _inner_width
+    them in a register tile, an outer axis parallel."""
+    from .conv import _cache
     out = op.output(0)
     lanes = C.vector_lanes(tgt, out.dtype)
     T, cs, cop = _cache(s, op, host)
     axes = list(host.axis)
     last = axes[-1]
-    vb = _inner_width(C.extent(T, last), lanes)
+    vb = C.vector_block(C.extent(T, last), lanes)
     lo, li = T.split(last, factor=vb)
     work = C.numel(op.shape)
     if work is not None:

@@ -47,9 +47,9 @@ def _pw_to_expr(pa, program, n_o, o_vars):
         pa = pa.move_dims(isl.dim_type.param, npar, isl.dim_type.in_, 0, n_o)
         for i, v in enumerate(o_vars):
             pa = pa.set_dim_id(isl.dim_type.param, npar + i, isl.Id(names.name(v)))
-    ctx = isl.Set.universe(pa.get_domain_space().params())
-    build = isl.AstBuild.from_context(ctx)
-    return AstConverter(program).expr(build.expr_from_pw_aff(pa.coalesce()))
+    pa = pa.project_domain_on_params().coalesce()     # a function of parameters only
+    build = isl.AstBuild.from_context(isl.Set.universe(pa.get_domain_space()))
+    return AstConverter(program).expr(build.expr_from_pw_aff(pa))
 
 
 def attach_stage(program, pstage, statements, make_statements, counter):
