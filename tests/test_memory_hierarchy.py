@@ -449,3 +449,27 @@ def test_compute_at_loop_of_extent_one(rng):
     s[B].compute_at(s[C], o)
     a = rand(rng, 16)
     check_kernel(s, [A, C], [a], a * 2 + 1, rtol=1e-6)
+
+
+def test_compute_at_through_an_inlined_stage(rng):
+    # B -> C (inlined) -> D: D reads B through C's inlined body, so B can live in D's loop
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((8, 8), lambda i, j: B[i, j] + 1.0, name="C")
+    D = te.compute((8, 8), lambda i, j: C[i, j] * 3.0, name="D")
+    s = te.create_schedule(D)
+    s[C].compute_inline()
+    s[B].compute_at(s[D], D.op.axis[0])
+    assert 'B = allocate(float32[1, 8]' in str(te.lower(s, [A, D]))
+    a = rand(rng, (8, 8))
+    check_kernel(s, [A, D], [a], (a * 2 + 1) * 3, rtol=1e-6)
+
+
+def test_compute_at_a_fused_loop(rng):
+    A = te.placeholder((4, 8), name="A")
+    B = te.compute((4, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((4, 8), lambda i, j: B[i, j] + 1.0, name="C")
+    s = te.create_schedule(C)
+    s[B].compute_at(s[C], s[C].fuse(*C.op.axis))
+    a = rand(rng, (4, 8))
+    check_kernel(s, [A, C], [a], a * 2 + 1, rtol=1e-6)

@@ -58,7 +58,10 @@ def _readers(schedule, stage):
         if st is stage:
             continue
         if any(key(t) in outs for t in st.op.input_tensors()):
-            out.append(st)
+            if st.attach_type == "inline":      # an inlined reader reads through its readers
+                out += [r for r in _readers(schedule, st) if r not in out]
+            elif st not in out:
+                out.append(st)
     return out
 
 
