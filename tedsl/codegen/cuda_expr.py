@@ -1,4 +1,5 @@
-"""CUDA C expressions for the CUDA backend, and the small analyses the backend needs.
+"""CUDA C expressions, and the analyses and statement helpers shared by the CUDA passes
+(:mod:`tedsl.transform.lower_threads`, :mod:`tedsl.codegen.cuda`, the CUDA runtime).
 
 Semantics mirror the LLVM backend (:mod:`tedsl.codegen.llvm_expr`):
 
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir.functor import walk
 from ..ir.printer import expr_str
 from ..tir import nodes as N
 
@@ -176,12 +178,10 @@ def _interval(e, ranges, memo):
         return (None, None)
     (a, b), (c, d) = interval(e.a, ranges, memo), interval(e.b, ranges, memo)
     op = e.op
-    if op == "add":
-        return (None if a is None or c is None else a + c, None if b is None or d is None
-                else b + d)
-    if op == "sub":
-        return (None if a is None or d is None else a - d, None if b is None or c is None
-                else b - c)
+    if op in ("add", "sub"):
+        plain = _interval_plain(op, a, b, c, d)
+        alt = _distribute(e)    # min(x, y) - z: min(x - z, y - z) may have tighter bounds
+        return plain if alt is None else _meet(plain, interval(alt, ranges))
     if op == "mul":
         if None in (a, b, c, d):
             if c is not None and c == d and c >= 0:
@@ -210,6 +210,48 @@ def _interval(e, ranges, memo):
     return (None, None)
 
 
+def _interval_plain(op, a, b, c, d):
+    if op == "add":
+        return (None if a is None or c is None else a + c, None if b is None or d is None
+                else b + d)
+    return (None if a is None or d is None else a - d, None if b is None or c is None
+            else b - c)
+
+
+def _meet(x, y):
+    lo = x[0] if y[0] is None else y[0] if x[0] is None else max(x[0], y[0])
+    hi = x[1] if y[1] is None else y[1] if x[1] is None else min(x[1], y[1])
+    return (lo, hi)
+
+
+def _distribute(e):
+    """``min(x, y) + z`` as ``min(x + z, y + z)`` (and the other forms), each side with its
+    affine terms collected, or None."""
+    mm = ("min", "max")
+    a, b, op = e.a, e.b, e.op
+    if type(a) is E.Binary and a.op in mm:
+        return E.binary(a.op, canonical(E.binary(op, a.a, b)), canonical(E.binary(op, a.b, b)))
+    if type(b) is E.Binary and b.op in mm:
+        flip = b.op if op == "add" else mm[1 - mm.index(b.op)]
+        return E.binary(flip, canonical(E.binary(op, a, b.a)), canonical(E.binary(op, a, b.b)))
+    return None
+
+
+def canonical(e):
+    """``e`` with its affine terms collected (so that ``8*x + 8 - 8*x`` becomes ``8``)."""
+    if not dt.is_int(e.dtype):
+        return e
+    terms, c = affine(e)
+    out = None
+    for atom, coef in terms.values():
+        k = abs(coef) if out is not None else coef
+        t = atom if k == 1 else E.binary("mul", atom, E.Const(k, e.dtype))
+        out = t if out is None else E.binary("add" if coef > 0 else "sub", out, t)
+    if out is None:
+        return E.Const(c, e.dtype)
+    return E.binary("add" if c > 0 else "sub", out, E.Const(abs(c), e.dtype)) if c else out
+
+
 def index_like(e):
     """True if the integer expression uses only constants and variables (no memory, no calls)."""
     t = type(e)
@@ -218,6 +260,84 @@ def index_like(e):
     if t in (N.BufferLoad, E.Call) or not (dt.is_int(e.dtype) or e.dtype == "bool"):
         return False
     return all(index_like(c) for c in e.children())
+
+
+# -- statements ------------------------------------------------------------------------------
+
+class CrossThreadReduce(N.Stmt):
+    """``body`` accumulates into the one-element local buffers of ``accs`` (tuples ``(buffer,
+    op, identity)``); then the values are combined across the threads along ``tag`` (every
+    thread of the block takes part) and ``epilogue`` stores the result."""
+    __slots__ = ("accs", "tag", "body", "epilogue")
+
+    def __init__(self, accs, tag, body, epilogue):
+        self.accs, self.tag, self.body, self.epilogue = list(accs), tag, body, epilogue
+
+
+def children(s):
+    """Child statements, including those of :class:`CrossThreadReduce`."""
+    if type(s) is CrossThreadReduce:
+        return (s.body, s.epilogue)
+    return N.stmt_children(s)
+
+
+def with_children(s, kids):
+    """``s`` with its child statements replaced by ``kids``."""
+    t = type(s)
+    if t is CrossThreadReduce:
+        return CrossThreadReduce(s.accs, s.tag, kids[0], kids[1])
+    if t is N.Seq:
+        return N.seq(kids)
+    if t is N.IfThen:
+        return N.IfThen(s.cond, kids[0], kids[1] if len(kids) > 1 else None)
+    if t is N.For:
+        return s.replace(body=kids[0])
+    if t is N.LetStmt:
+        return N.LetStmt(s.var, s.value, kids[0])
+    if t is N.Allocate:
+        return N.Allocate(s.buffer, kids[0])
+    return s
+
+
+def rewrite(s, fstmt):
+    """Post-order rewrite: ``fstmt(node)`` returns a replacement or None."""
+    kids = children(s)
+    if kids:
+        new = [rewrite(k, fstmt) for k in kids]
+        if any(a is not b for a, b in zip(new, kids)):
+            s = with_children(s, new)
+    r = fstmt(s)
+    return s if r is None else r
+
+
+def walk_stmts(s, fn, stack=()):
+    """Call ``fn(node, enclosing_statements)`` in pre-order."""
+    fn(s, stack)
+    kids = children(s)
+    if kids:
+        inner = stack + (s,)
+        for k in kids:
+            walk_stmts(k, fn, inner)
+
+
+def accesses(s):
+    """``[(node, buffer, indices, is_store, stack)]`` for every memory access in ``s``."""
+    out = []
+
+    def visit(st, stack):
+        exprs = []
+        if type(st) is N.Store:
+            out.append((st, st.buffer, st.indices, True, stack))
+            exprs = list(st.indices) + [st.value]
+        elif type(st) is N.For:
+            exprs = [st.lo, st.hi]
+        elif type(st) in (N.LetStmt, N.IfThen, N.Evaluate):
+            exprs = [st.value if type(st) is not N.IfThen else st.cond]
+        for e in exprs:
+            walk(e, lambda x: out.append((x, x.buffer, x.indices, False, stack + (st,)))
+                 if type(x) is N.BufferLoad else None)
+    walk_stmts(s, visit)
+    return out
 
 
 # -- the C expression printer ---------------------------------------------------------------
@@ -427,122 +547,10 @@ class CExprPrinter:
             sym = "/" if op.endswith("div") else "%"
             return f"{self._p(e.a, 13)} {sym} {self._p(b, 14)}", 13
         sfx = "i32" if self._fits32(e) else _SFX[d]
-        self.need(f"div_{sfx}")
+        self.need(f"{op}_{sfx}")
         return f"tedsl_{op}_{sfx}({self.expr(e.a)}, {self.expr(e.b)})", P_POST
 
 
-# -- helper functions emitted at the top of a module -----------------------------------------
-
-_HALF = r"""
-__device__ __forceinline__ unsigned int tedsl_fbits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  unsigned int u; memcpy(&u, &f, 4); return u;
-#endif
-}
-__device__ __forceinline__ float tedsl_bitsf(unsigned int u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f; memcpy(&f, &u, 4); return f;
-#endif
-}"""
-
-_HALF_CONV = r"""
-// float16: raw bits in memory, float in registers, rounded to nearest even by cvt
-__device__ __forceinline__ float tedsl_h2f(unsigned short h) {
-#ifdef __CUDA_ARCH__
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-#else
-  unsigned int s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 31) return tedsl_bitsf(s | 0x7f800000u | (m << 13));
-  if (e == 0) return tedsl_bitsf(s) + (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f;
-  return tedsl_bitsf(s | ((e + 112) << 23) | (m << 13));
-#endif
-}
-__device__ __forceinline__ unsigned short tedsl_f2h(float f) {
-#ifdef __CUDA_ARCH__
-  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-#else
-  unsigned int x = tedsl_fbits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
-  if (ax < 0x38800000u) return (unsigned short)(sign | (unsigned int)rintf(tedsl_bitsf(ax) * 16777216.0f));
-  return (unsigned short)(sign | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));
-#endif
-}
-__device__ __forceinline__ float tedsl_rh(float f) { return tedsl_h2f(tedsl_f2h(f)); }
-__device__ __forceinline__ float tedsl_rh_d(double d) {
-#ifdef __CUDA_ARCH__
-  unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return tedsl_h2f(h);
-#else
-  return tedsl_rh((float)d);
-#endif
-}"""
-
-_BF16 = r"""
-// bfloat16: raw bits in memory, float in registers, rounded to nearest even
-__device__ __forceinline__ float tedsl_rbf(float f) {
-  unsigned int u = tedsl_fbits(f);
-  return tedsl_bitsf((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
-__device__ __forceinline__ float tedsl_bf2f(unsigned short b) { return tedsl_bitsf((unsigned int)b << 16); }
-__device__ __forceinline__ unsigned short tedsl_f2bf(float f) { return (unsigned short)(tedsl_fbits(tedsl_rbf(f)) >> 16); }"""
-
-_CHECKED = r"""
-// data-dependent indices are checked: out of range sets *status = 3 and skips the access
-template <typename T>
-__device__ __forceinline__ T tedsl_ld(const T* p, long long i, long long n, int* status) {
-  if (i >= 0 && i < n) return p[i];
-  *status = 3;
-  return T(0);
-}
-template <typename T>
-__device__ __forceinline__ void tedsl_st(T* p, long long i, long long n, int* status, T v) {
-  if (i >= 0 && i < n) p[i] = v; else *status = 3;
-}"""
-
-
-def _div_helpers(sfx):
-    ctype = {"i8": "signed char", "i16": "short", "i32": "int", "i64": "long long",
-             "u8": "unsigned char", "u16": "unsigned short", "u32": "unsigned int",
-             "u64": "unsigned long long"}[sfx]
-    h = f"__device__ __forceinline__ {ctype} tedsl_"
-    if sfx.startswith("u"):
-        return (f"{h}floordiv_{sfx}({ctype} a, {ctype} b) {{ return b == 0 ? 0 : a / b; }}\n"
-                f"{h}floormod_{sfx}({ctype} a, {ctype} b) {{ return b == 0 ? 0 : a % b; }}\n"
-                f"{h}truncdiv_{sfx}({ctype} a, {ctype} b) {{ return b == 0 ? 0 : a / b; }}\n"
-                f"{h}truncmod_{sfx}({ctype} a, {ctype} b) {{ return b == 0 ? 0 : a % b; }}")
-    neg = f"({ctype})(0ull - (unsigned long long)a)"
-    return (
-        f"{h}floordiv_{sfx}({ctype} a, {ctype} b) {{\n"
-        f"  if (b == 0) return 0;\n  if (b == -1) return {neg};\n"
-        f"  {ctype} q = a / b, r = a % b;\n  return (r != 0 && ((r ^ b) < 0)) ? q - 1 : q;\n}}\n"
-        f"{h}floormod_{sfx}({ctype} a, {ctype} b) {{\n"
-        f"  if (b == 0 || b == -1) return 0;\n"
-        f"  {ctype} r = a % b;\n  return (r != 0 && ((r ^ b) < 0)) ? r + b : r;\n}}\n"
-        f"{h}truncdiv_{sfx}({ctype} a, {ctype} b) {{\n"
-        f"  return b == 0 ? 0 : b == -1 ? {neg} : a / b;\n}}\n"
-        f"{h}truncmod_{sfx}({ctype} a, {ctype} b) {{ return (b == 0 || b == -1) ? 0 : a % b; }}")
-
-
-def helper_source(helpers):
-    """The C source of the helper functions named in ``helpers`` (in a fixed order)."""
-    parts = []
-    if helpers & {"half", "bf16"}:
-        parts.append(_HALF)
-    if "half" in helpers:
-        parts.append(_HALF_CONV)
-    if "bf16" in helpers:
-        parts.append(_BF16)
-    for h in sorted(helpers):
-        if h.startswith("div_"):
-            parts.append("\n" + _div_helpers(h[4:]))
-    if "checked" in helpers:
-        parts.append(_CHECKED)
-    return "\n".join(p.strip("\n") for p in parts)
-
-
-__all__ = ["CExprPrinter", "vtype", "stype", "literal", "affine", "multiple_of", "interval",
-           "index_like", "helper_source", "INT32"]
+__all__ = ["CExprPrinter", "CrossThreadReduce", "children", "with_children", "rewrite",
+           "walk_stmts", "accesses", "vtype", "stype", "literal", "affine", "canonical",
+           "multiple_of", "interval", "index_like", "INT32"]

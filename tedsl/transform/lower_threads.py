@@ -39,34 +39,27 @@ Rules, in the order the passes apply them:
 from ..errors import ScheduleError
 from ..ir import dtype as dt
 from ..ir import expr as E
-from ..ir.functor import free_vars, substitute, walk
+from ..ir.functor import free_vars, transform, walk
 from ..ir.printer import expr_str
 from ..ir.simplify import simplify
 from ..tir import nodes as N
-from ..codegen.cuda_expr import affine, interval
+from ..tir.functor import map_exprs
+from ..codegen.cuda_expr import (CrossThreadReduce, accesses, affine, canonical, children,
+                                  interval, rewrite, walk_stmts, with_children)
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 INDEX = {tag: E.Var(tag, "int32") for tag in BLOCK_TAGS + THREAD_TAGS}
 MAX_BLOCK = (1024, 1024, 64)
+SHARED_LIMIT = 48 * 1024
 _IDENTITY_OPS = ("add", "mul", "min", "max", "bitand", "bitor", "bitxor")
-
-
-class CrossThreadReduce(N.Stmt):
-    """``body`` accumulates into the one-element local buffers of ``accs`` (tuples ``(buffer,
-    op, identity)``); then the values are combined across the threads along ``tag`` (every
-    thread of the block takes part) and ``epilogue`` stores the result."""
-    __slots__ = ("accs", "tag", "body", "epilogue")
-
-    def __init__(self, accs, tag, body, epilogue):
-        self.accs, self.tag, self.body, self.epilogue = list(accs), tag, body, epilogue
 
 
 class Kernel:
     """One ``__global__`` function: its body, launch geometry and shared buffers.
 
     ``grid`` maps a ``blockIdx`` tag to ``(extent, context)`` where ``context`` lists the
-    enclosing ``(var, lo, hi)`` loops the extent may depend on; ``block`` holds the constant
+    enclosing loops (and lets) the extent may depend on; ``block`` holds the constant
     ``threadIdx`` sizes (x, y, z).
     """
 
@@ -78,21 +71,16 @@ class Kernel:
         return self.block[0] * self.block[1] * self.block[2]
 
     def grid_dims(self, env):
-        """The grid ``(x, y, z)`` for the size variables in ``env`` (name -> int)."""
+        """The grid ``(x, y, z)`` for the sizes in ``env`` (name -> int)."""
         out = []
         for tag in BLOCK_TAGS:
-            if tag not in self.grid:
-                out.append(1)
-                continue
-            ext, ctx = self.grid[tag]
-            ranges = {}
-            for v in _vars_of([ext] + [b for _, lo, hi in ctx for b in (lo, hi)]):
-                if v.name in env:
-                    ranges[v] = (int(env[v.name]), int(env[v.name]))
-            for var, lo, hi in ctx:
-                a, b = interval(lo, ranges)[0], interval(hi, ranges)[1]
-                ranges[var] = (a, None if b is None else b - 1)
-            hi = interval(ext, ranges)[1]
+            ext, ctx = self.grid.get(tag, (E.Const(1, "int64"), []))
+            inner = {o.var for o in ctx}
+            exprs = [ext] + [x for o in ctx for x in ((o.lo, o.hi) if type(o) is N.For
+                                                      else (o.value,))]
+            ranges = {v: (env[v.name], env[v.name]) for e in exprs for v in free_vars(e)
+                      if v.name in env and v not in inner}
+            hi = interval(ext, _ranges(ctx, ranges))[1]
             if hi is None:
                 raise ScheduleError(f"{self.name}: cannot bound the extent {expr_str(ext)} of "
                                     f"the loop bound to {tag}")
@@ -108,86 +96,13 @@ class DeviceProgram:
         self.func, self.kernels, self.workspaces = func, kernels, workspaces
 
 
-def _vars_of(exprs):
-    out = {}
-    for e in exprs:
-        for v in free_vars(e):
-            out.setdefault(id(v), v)
-    return list(out.values())
-
-
-def children(s):
-    """Child statements, including those of :class:`CrossThreadReduce`."""
-    if type(s) is CrossThreadReduce:
-        return (s.body, s.epilogue)
-    return N.stmt_children(s)
-
-
-def _with(s, kids):
-    t = type(s)
-    if t is CrossThreadReduce:
-        return CrossThreadReduce(s.accs, s.tag, kids[0], kids[1])
-    if t is N.Seq:
-        return N.seq(kids)
-    if t is N.IfThen:
-        return N.IfThen(s.cond, kids[0], kids[1] if len(kids) > 1 else None)
-    if t is N.For:
-        return s.replace(body=kids[0])
-    if t is N.LetStmt:
-        return N.LetStmt(s.var, s.value, kids[0])
-    if t is N.Allocate:
-        return N.Allocate(s.buffer, kids[0])
-    return s
-
-
-def _rewrite(s, fstmt):
-    """Post-order rewrite: ``fstmt(node)`` returns a replacement or None."""
-    kids = children(s)
-    if kids:
-        new = [_rewrite(k, fstmt) for k in kids]
-        if any(a is not b for a, b in zip(new, kids)):
-            s = _with(s, new)
-    r = fstmt(s)
-    return s if r is None else r
-
-
-def _walk(s, fn, stack=()):
-    """Call ``fn(node, enclosing_statements)`` in pre-order."""
-    fn(s, stack)
-    kids = children(s)
-    if kids:
-        inner = stack + (s,)
-        for k in kids:
-            _walk(k, fn, inner)
-
-
-def _accesses(s):
-    """``[(node, buffer, indices, is_store, stack)]`` for every memory access in ``s``."""
-    out = []
-
-    def visit(st, stack):
-        exprs = []
-        if type(st) is N.Store:
-            out.append((st, st.buffer, st.indices, True, stack))
-            exprs = list(st.indices) + [st.value]
-        elif type(st) is N.For:
-            exprs = [st.lo, st.hi]
-        elif type(st) in (N.LetStmt, N.IfThen, N.Evaluate):
-            exprs = [st.value if type(st) is not N.IfThen else st.cond]
-        for e in exprs:
-            walk(e, lambda x: out.append((x, x.buffer, x.indices, False, stack + (st,)))
-                 if type(x) is N.BufferLoad else None)
-    _walk(s, visit)
-    return out
-
-
 def _is_bound(s, tags):
     return type(s) is N.For and s.kind == "thread" and s.thread_tag in tags
 
 
 def _stage_names(s):
     names = []
-    for _, buf, _, store, _ in _accesses(s):
+    for _, buf, _, store, _ in accesses(s):
         if store and buf.name not in names:
             names.append(buf.name)
     return ", ".join(names) or "?"
@@ -198,20 +113,6 @@ def _extent(loop):
     if loop.step != 1:
         ext = simplify(E.binary("floordiv", E.binary("add", ext, loop.step - 1), loop.step))
     return canonical(ext)
-
-
-def canonical(e):
-    """``e`` with its affine terms collected (so that ``8*x + 8 - 8*x`` becomes ``8``)."""
-    if not dt.is_int(e.dtype):
-        return e
-    terms, c = affine(e)
-    out = None
-    for atom, coef in terms.values():
-        t = atom if coef == 1 else E.binary("mul", atom, E.Const(coef, e.dtype))
-        out = t if out is None else E.binary("add", out, t)
-    if out is None:
-        return E.Const(c, e.dtype)
-    return simplify(E.binary("add", out, E.Const(c, e.dtype))) if c else out
 
 
 def _ranges(stack, ranges=None):
@@ -263,7 +164,8 @@ def _distribute(s):
 
 def _lower_kernel(func, s, name):
     bound = []
-    _walk(s, lambda x, st: bound.append(x) if _is_bound(x, BLOCK_TAGS + THREAD_TAGS) else None)
+    walk_stmts(s, lambda x, st: bound.append(x) if _is_bound(x, BLOCK_TAGS + THREAD_TAGS)
+               else None)
     if not bound:
         stage = _stage_names(s)
         raise ScheduleError(
@@ -272,8 +174,8 @@ def _lower_kernel(func, s, name):
             "it inside a bound loop (compute_at); code between kernels is not supported")
     grid, block, guard = _launch(s, name)
     _check_scopes(s)
-    s = _rewrite(s, _reduce_across_threads)
-    s = _rewrite(s, _privatize)
+    s = rewrite(s, _reduce_across_threads)
+    s = rewrite(s, lambda a: _privatize(a, block))
     s = _sync(s, (frozenset(), frozenset()), frozenset())[0]
     s = _bind(s, block, guard, frozenset())
     _check_barriers(s, set(INDEX[t] for t in THREAD_TAGS), False)
@@ -291,7 +193,12 @@ def _lower_kernel(func, s, name):
                     "local arrays need constant sizes: split the loops it is computed at so "
                     "that the region they cover is constant")
         return None
-    s = _rewrite(s, hoist)
+    s = rewrite(s, hoist)
+    nbytes = sum(int(simplify(b.size()).value) * dt.itemsize(b.dtype) for b in shared)
+    if nbytes > SHARED_LIMIT:
+        raise ScheduleError(
+            f"{name} declares {nbytes} bytes of shared memory ({', '.join(b.name for b in shared)})"
+            f"; at most {SHARED_LIMIT} bytes can be declared statically: use smaller tiles")
     return Kernel(name, s, grid, block, shared)
 
 
@@ -315,16 +222,17 @@ def _launch(s, name):
                     "every block would run it, and blocks cannot wait for each other; "
                     f"reorder so that {x.var.name} is outside {o.var.name}")
         loops[tag].append((x, stack))
-    _walk(s, visit)
+    walk_stmts(s, visit)
     guard, grid, block = {}, {}, []
     for tag in THREAD_TAGS:
         size = 1
         for loop, stack in loops[tag]:
-            hi = interval(_extent(loop), _ranges(stack))[1]
-            if hi is None:
+            ext = _extent(loop)
+            hi = interval(ext, _ranges(stack))[1]
+            if hi is None or hi > 1024 and not isinstance(ext, E.Const):
                 raise ScheduleError(
                     f"loop {loop.var.name} is bound to {tag} but its extent "
-                    f"{expr_str(_extent(loop))} has no constant bound; threadIdx extents must "
+                    f"{expr_str(ext)} has no constant bound; threadIdx extents must "
                     "be constants: split the loop by a constant factor and bind the inner one")
             size = max(size, hi)
         for loop, _ in loops[tag]:
@@ -343,10 +251,9 @@ def _launch(s, name):
                 "has not written yet; compute the producer at the root (its own kernel)")
         for loop, stack in loops[tag]:
             ext = _extent(loop)
-            ctx = [(o.var, o.lo, o.hi) if type(o) is N.For else (o.var, o.value, o.value + 1)
-                   for o in stack if type(o) in (N.For, N.LetStmt)]
+            ctx = [o for o in stack if type(o) in (N.For, N.LetStmt)]
             grid[tag] = (ext, ctx)
-            guard[loop.var] = any(v in {c[0] for c in ctx} for v in free_vars(ext))
+            guard[loop.var] = any(v in {o.var for o in ctx} for v in free_vars(ext))
     return grid, tuple(block), guard
 
 
@@ -374,76 +281,99 @@ def _check_scopes(s):
                 raise ScheduleError(f"shared buffer {buf.name} has the symbolic size "
                                     f"{expr_str(simplify(buf.size()))}; shared memory needs a "
                                     "constant size (split the loops it is computed at)")
-    _walk(s, visit)
+    walk_stmts(s, visit)
 
 
 # -- 2. thread-private local buffers --------------------------------------------------------
 
-def _privatize(a):
-    """Shrink a local buffer allocated outside the threadIdx loops that use it."""
+def _sum(terms, const, dtype):
+    out = E.Const(const, dtype)
+    for atom, coef in terms:
+        out = E.binary("add", out, E.binary("mul", atom, E.Const(coef, dtype)))
+    return canonical(simplify(out))
+
+
+def _compact(index, tvars, coef, threads):
+    """The thread-private index of ``index == coef * t + rest``: the terms of ``rest`` whose
+    coefficient is a multiple of ``coef * threads`` are divided by ``threads`` (each thread's
+    elements are packed together); returns ``(low, new_index)``."""
+    terms, c = affine(index)
+    low, high, span = [], [], coef * threads
+    for atom, k in terms.values():
+        if type(atom) is E.Var and atom in tvars:
+            continue
+        (high if k % span == 0 else low).append((atom, k))
+    d = index.dtype
+    return _sum(low, c, d), _sum(low + [(a, k // threads) for a, k in high], c, d)
+
+
+def _privatize(a, block):
+    """Shrink a local buffer allocated outside the threadIdx loops that use it to the part of
+    one thread (``C.local[8 * ty + i]`` becomes ``C.local[i]``)."""
     if type(a) is not N.Allocate or a.buffer.scope != "local":
         return None
     buf = a.buffer
-    acc = [x for x in _accesses(a.body) if x[1] is buf]
+    acc = [x for x in accesses(a.body) if x[1] is buf]
     tvars = {}
-    _walk(a.body, lambda x, st: tvars.__setitem__(x.var, x.thread_tag)
-          if _is_bound(x, THREAD_TAGS) else None)
+    walk_stmts(a.body, lambda x, st: tvars.__setitem__(x.var, x.thread_tag)
+               if _is_bound(x, THREAD_TAGS) else None)
     if not tvars or not acc:
         return None
-    sigs, rests = [], []
-    for node, _, idx, store, stack in acc:
-        sig, rest = [], []
+    sigs = []
+    for _, _, idx, _, _ in acc:
+        sig = []
         for i in idx:
             terms, _ = affine(i)
-            sig.append(tuple(sorted((tvars[v], c) for v, c in terms.values()
-                                  if type(v) is E.Var and v in tvars)))
-            rest.append(simplify(substitute(i, {v: E.Const(0, v.dtype) for v in tvars})))
-        if any(v in tvars for r in rest for v in free_vars(r)):
-            sig = None
+            sig.append(tuple(sorted((tvars[v], k) for v, k in terms.values()
+                                    if type(v) is E.Var and v in tvars)))
+            if any(v in tvars for t, _ in terms.values() if type(t) is not E.Var
+                   for v in free_vars(t)):
+                sig = None
+                break
         sigs.append(sig)
-        rests.append((rest, stack))
     if all(sg is not None and not any(sg) for sg in sigs):
         return None
-    if any(sg != sigs[0] for sg in sigs) or sigs[0] is None:
+    if sigs[0] is None or any(sg != sigs[0] for sg in sigs):
         raise ScheduleError(
             f"local buffer {buf.name} is allocated outside the threadIdx loops that use it and "
             "threads would read elements other threads wrote; local memory is private to a "
             f"thread: give {buf.name} scope 'shared', or compute it inside the threadIdx loops")
-    shape = list(buf.shape)
-    part = [d for d, sg in enumerate(sigs[0]) if sg]
-    for d in part:
-        if len(sigs[0][d]) != 1 or sigs[0][d][0][1] <= 0:
+    shape, part = list(buf.shape), {}
+    for d, sg in enumerate(sigs[0]):
+        if not sg:
+            continue
+        if len(sg) != 1 or sg[0][1] <= 0:
             raise ScheduleError(f"local buffer {buf.name}: dimension {d} mixes several thread "
                                 "indices; cannot give each thread its own part")
-        coef, top = sigs[0][d][0][1], 0
-        for rest, stack in rests:
-            lo, hi = interval(canonical(rest[d]), _ranges(stack))
-            if lo is None or hi is None or lo < 0 or hi >= coef:
+        coef, top = sg[0][1], 0
+        part[d] = (coef, block[THREAD_TAGS.index(sg[0][0])])
+        for _, _, idx, _, stack in acc:
+            low, new = _compact(idx[d], tvars, *part[d])
+            ranges = _ranges(stack)
+            (a0, a1), (b0, b1) = interval(low, ranges), interval(new, ranges)
+            if None in (a0, a1, b0, b1) or a0 < 0 or a1 >= coef or b0 < 0:
                 raise ScheduleError(
                     f"local buffer {buf.name} is allocated outside the threadIdx loops that use "
-                    f"it, and the part each thread uses (dimension {d}, "
-                    f"{expr_str(rest[d])}) cannot be bounded; compute {buf.name} inside the "
-                    "threadIdx loops")
-            top = max(top, hi + 1)
+                    f"it, and the part each thread uses (dimension {d}, {expr_str(idx[d])}) "
+                    f"cannot be separated; compute {buf.name} inside the threadIdx loops")
+            top = max(top, b1 + 1)
         shape[d] = E.Const(top, "int64")
     new = N.Buffer(buf.name, shape, buf.dtype, "local")
-    zero = {v: E.Const(0, v.dtype) for v in tvars}
 
     def idx(indices):
-        return [simplify(substitute(i, zero)) if d in part else i for d, i in enumerate(indices)]
+        return [_compact(i, tvars, *part[d])[1] if d in part else i
+                for d, i in enumerate(indices)]
 
     def fexpr(e):
-        from ..ir.functor import transform
         return transform(e, lambda x: N.BufferLoad(new, idx(x.indices), x.dtype)
                          if type(x) is N.BufferLoad and x.buffer is buf else None)
 
     def fstmt(x):
-        from ..tir.functor import map_exprs
         x = map_exprs(x, fexpr)
         if type(x) is N.Store and x.buffer is buf:
             return N.Store(new, idx(x.indices), x.value)
         return x
-    return N.Allocate(new, _rewrite(a.body, fstmt))
+    return N.Allocate(new, rewrite(a.body, fstmt))
 
 
 # -- 3. cross-thread reductions --------------------------------------------------------------
@@ -480,10 +410,17 @@ def _reduce_across_threads(loop):
     if not _is_bound(loop, BLOCK_TAGS + THREAD_TAGS):
         return None
     inner, allocated = {loop.var}, set()
-    _walk(loop.body, lambda x, st: inner.add(x.var) if type(x) in (N.For, N.LetStmt) else
-          allocated.add(x.buffer) if type(x) is N.Allocate else None)
+
+    def visit(x, _):
+        if type(x) in (N.For, N.LetStmt):
+            inner.add(x.var)
+        elif type(x) is N.Allocate:
+            allocated.add(x.buffer)
+        elif type(x) is CrossThreadReduce:
+            allocated.update(a for a, _, _ in x.accs)
+    walk_stmts(loop.body, visit)
     found = []
-    for node, buf, idx, store, _ in _accesses(loop.body):
+    for node, buf, idx, store, _ in accesses(loop.body):
         if not store or buf in allocated or _update(node) is None or \
                 any(loop.var in free_vars(i) for i in idx):
             continue
@@ -526,8 +463,8 @@ def _reduce_across_threads(loop):
                 up[0], N.BufferLoad(x.buffer, x.indices), N.BufferLoad(acc, zero))))
         acc = seen[key]
         return N.Store(acc, zero, E.binary(up[0], N.BufferLoad(acc, zero), up[1]))
-    body = _rewrite(loop.body, fstmt)
-    left = [b for _, b, _, _, _ in _accesses(body) if b in found]
+    body = rewrite(loop.body, fstmt)
+    left = [b for _, b, _, _, _ in accesses(body) if b in found]
     if left:
         raise ScheduleError(f"{left[0].name} is used inside the cross-thread reduction loop "
                             f"{loop.var.name} other than by the reduction itself")
@@ -538,7 +475,7 @@ def _reduce_across_threads(loop):
 
 def _shared_rw(s):
     reads, writes = set(), set()
-    for _, buf, _, store, _ in _accesses(s):
+    for _, buf, _, store, _ in accesses(s):
         if buf.scope == "shared":
             (writes if store else reads).add(buf)
     return reads, writes
@@ -556,7 +493,7 @@ def _sync(s, state, varying, divergent=False):
         out = []
         for c in s.stmts:
             r, w = _shared_rw(c)
-            clash = r & dirty | w & (read | dirty)
+            clash = r & dirty | w & read
             if clash:
                 if divergent:
                     raise ScheduleError(
@@ -603,8 +540,8 @@ def _sync(s, state, varying, divergent=False):
 
 def _has_sync(s):
     found = []
-    _walk(s, lambda x, st: found.append(x) if type(x) in (N.Barrier, CrossThreadReduce)
-          else None)
+    walk_stmts(s, lambda x, st: found.append(x) if type(x) in (N.Barrier, CrossThreadReduce)
+               else None)
     return bool(found)
 
 
@@ -623,7 +560,17 @@ def _guard(s, cond):
     if t is N.IfThen:
         return N.IfThen(s.cond, _guard(s.then, cond),
                         _guard(s.else_, cond) if s.else_ is not None else None)
-    return _with(s, [_guard(k, cond) for k in children(s)])
+    if t is N.Seq:
+        out = []
+        for k in (_guard(k, cond) for k in s.stmts):
+            prev = out[-1] if out else None
+            if type(k) is N.IfThen and type(prev) is N.IfThen and k.else_ is None and \
+                    prev.else_ is None and expr_str(k.cond) == expr_str(prev.cond):
+                out[-1] = N.IfThen(prev.cond, N.seq([prev.then, k.then]))
+            else:
+                out.append(k)
+        return N.seq(out)
+    return with_children(s, [_guard(k, cond) for k in children(s)])
 
 
 def _nodes(e):
@@ -647,7 +594,7 @@ def _bind(s, block, guard, covered):
         value = simplify(E.binary("add", s.lo, E.binary("mul", idx, E.Const(s.step,
                                                                               s.var.dtype))))
         if guard.get(s.var, True):
-            body = _guard(body, E.compare("lt", s.var, s.hi))
+            body = _guard(body, E.compare("lt", s.var, canonical(s.hi)))
         return N.LetStmt(s.var, value, body)
     if t is N.Store:
         if s.buffer.scope == "local":
@@ -665,47 +612,56 @@ def _bind(s, block, guard, covered):
     kids = children(s)
     if not kids:
         return s
-    return _with(s, [_bind(k, block, guard, covered) for k in kids])
+    return with_children(s, [_bind(k, block, guard, covered) for k in kids])
 
 
 def _expand_reduce(s, body, epilogue, block):
     """Per-thread partial values, then a tree over shared memory along ``s.tag``::
 
-        red_buf[tid] = acc; sync
-        for d in (P/2, ..., 1): if t < d and t + d < D: red_buf[tid] op= red_buf[tid + d*stride]; sync
-        acc = red_buf[tid - t*stride]; sync
+        buf[tid] = acc; sync
+        for level in unrolled(0, L): d = (P / 2) >> level
+            if t < d and t + d < D: buf[tid] = buf[tid] op buf[tid + d * stride]
+            sync
+        acc = buf[tid - t * stride]; sync
     """
     axis = THREAD_TAGS.index(s.tag)
-    size, stride = block[axis], 1
+    size, stride, scale = block[axis], 1, 1
     for n in block[:axis]:
         stride *= n
-    tid, scale = E.Const(0, "int32"), 1
+    tid, first = E.Const(0, "int32"), E.Const(0, "int32")
     for tag, n in zip(THREAD_TAGS, block):
         if n > 1:
             tid = E.binary("add", tid, E.binary("mul", INDEX[tag], E.Const(scale, "int32")))
+            if tag != s.tag:
+                first = E.binary("add", first, E.binary("mul", INDEX[tag],
+                                                        E.Const(scale, "int32")))
         scale *= n
-    tid, t = simplify(tid), INDEX[s.tag]
+    tid_var, t = E.Var("red_tid", "int32"), INDEX[s.tag]
     zero = [E.Const(0, "int64")]
+    half, levels = 1, 1
+    while half * 2 < size:
+        half, levels = half * 2, levels + 1
     init, tree, shared = [], [], []
     for acc, op, ident in s.accs:
         init.append(N.Store(acc, zero, ident))
         red = N.Buffer(f"{acc.name}_buf", [E.Const(scale, "int64")], acc.dtype, "shared")
         shared.append(red)
-        tree += [N.Store(red, [tid], N.BufferLoad(acc, zero)), N.Barrier()]
-        d = 1
-        while d * 2 < size:
-            d *= 2
-        while d >= 1 and size > 1:
-            cond = E.compare("lt", t, E.Const(d, "int32"))
-            if d * 2 > size:
-                cond = E.logical("and", cond, E.compare("lt", t, E.Const(size - d, "int32")))
-            other = simplify(E.binary("add", tid, E.Const(d * stride, "int32")))
-            tree += [N.IfThen(cond, N.Store(red, [tid], E.binary(
-                op, N.BufferLoad(red, [tid]), N.BufferLoad(red, [other])))), N.Barrier()]
-            d //= 2
-        first = simplify(E.binary("sub", tid, E.binary("mul", t, E.Const(stride, "int32"))))
-        tree += [N.Store(acc, zero, N.BufferLoad(red, [first])), N.Barrier()]
-    out = N.seq(init + [body] + tree + [epilogue])
+        tree += [N.Store(red, [tid_var], N.BufferLoad(acc, zero)), N.Barrier()]
+        if size > 1:
+            lvl, d = E.Var("level", "int32"), E.Var("d", "int32")
+            cond = E.compare("lt", t, d)
+            if size & (size - 1):
+                cond = E.logical("and", cond, E.compare("lt", E.binary("add", t, d),
+                                                        E.Const(size, "int32")))
+            other = E.binary("add", tid_var, E.binary("mul", d, E.Const(stride, "int32"))
+                             if stride != 1 else d)
+            step = N.IfThen(cond, N.Store(red, [tid_var], E.binary(
+                op, N.BufferLoad(red, [tid_var]), N.BufferLoad(red, [other]))))
+            tree.append(N.For(lvl, E.Const(0, "int32"), E.Const(levels, "int32"), "unrolled",
+                              N.LetStmt(d, E.binary("shr", E.Const(half, "int32"), lvl),
+                                        N.seq([step, N.Barrier()]))))
+        tree += [N.Store(acc, zero, N.BufferLoad(red, [simplify(first)])), N.Barrier()]
+    out = N.seq(init + [body, N.LetStmt(tid_var, simplify(tid), N.seq(tree)), epilogue])
     for b in shared + [a for a, _, _ in s.accs]:
         out = N.Allocate(b, out)
     return out
@@ -729,4 +685,4 @@ def _check_barriers(s, varying, divergent):
 
 
 __all__ = ["lower_threads", "DeviceProgram", "Kernel", "CrossThreadReduce", "INDEX",
-           "BLOCK_TAGS", "THREAD_TAGS", "canonical", "children"]
+           "BLOCK_TAGS", "THREAD_TAGS"]
