@@ -450,7 +450,8 @@ def test_global_temporary_inside_a_kernel_is_refused():
         te.build(s, [A, B], target="cuda")
 
 
-def test_shared_buffer_inside_thread_loops_is_refused():
+def test_shared_buffer_attached_inside_thread_loops_covers_the_block():
+    # without binding its own loops, every thread fills the whole (block-wide) tile
     A, B, C, _, _ = _matmul_def(64)
     s = te.create_schedule(C)
     AA = s.cache_read(A, "shared", [C])
@@ -460,8 +461,9 @@ def test_shared_buffer_inside_thread_loops_is_refused():
         bind(s[C], ax, tag)
     ko, ki = s[C].split(C.op.reduce_axis[0], factor=16)
     s[AA].compute_at(s[C], ko)
-    with pytest.raises(ScheduleError, match=r"A.shared is allocated inside loop"):
-        te.build(s, [A, B, C], target="cuda")
+    assert 'A.shared = allocate(float32[16, 16], scope="shared")' in str(te.lower(s, [A, B, C]))
+    src = te.build(s, [A, B, C], target="cuda").get_source("cuda")
+    assert "float A_shared[256];" in src
 
 
 def test_reduction_bound_to_blocks_is_refused():
@@ -506,3 +508,27 @@ def test_numpy_argument_is_refused():
     with pytest.raises(ArgumentError, match=r"argument 0 \(A\).*tedsl.nd.array\(x, "
                                             r"device=tedsl.cuda\(0\)\)"):
         mod(a, a, a)
+
+
+def test_tvm_style_shared_tiles_cooperative_load():
+    # cache_read to "shared" computed at k.outer inside the thread loops: the tile is the union
+    # over the threads (16x16, not a per-thread row), allocated once per block, and loaded
+    # cooperatively by the threads bound to the same indices, between two barriers
+    A, B = (te.placeholder((64, 64), name=x) for x in "AB")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C)
+    AA, BB = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    by, bx, ty, tx = s[C].tile(*C.op.axis, 16, 16)
+    for ax, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (ty, "threadIdx.y"),
+                    (tx, "threadIdx.x")):
+        s[C].bind(ax, te.thread_axis(tag))
+    ko, _ = s[C].split(C.op.reduce_axis[0], factor=16)
+    for T in (AA, BB):
+        s[T].compute_at(s[C], ko)
+        s[T].bind(s[T].op.axis[0], te.thread_axis("threadIdx.y"))
+        s[T].bind(s[T].op.axis[1], te.thread_axis("threadIdx.x"))
+    assert 'A.shared = allocate(float32[16, 16], scope="shared")' in str(te.lower(s, [A, B, C]))
+    src = te.build(s, [A, B, C], target="cuda -arch=sm_90").get_source("cuda")
+    assert "__shared__ __align__(16) float A_shared[256];" in src
+    assert src.count("__syncthreads();") == 2

@@ -28,6 +28,7 @@ class Footprint:
     iv: object                   # the consumer loop it is attached at
     o_ivs: list                  # consumer loops L_0..L_a
     o_vars: list                 # Vars standing for those loops in ``lo``
+    alloc_iv: object = None      # the loop whose body holds the allocation
     lo: list = field(default_factory=list)       # Expr per dimension (over o_vars, sizes)
     extent: list = field(default_factory=list)   # Expr per dimension (sizes only)
 
@@ -112,8 +113,18 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     box = isl.Set(f"{program.params_text()} -> {{ {tn}[{', '.join(xs)}] : "
                   f"{' and '.join(shape_cons) or '1 = 1'} }}")
     region = region.intersect_range(box).coalesce()
-    fp = Footprint(pstage, iv, o_ivs, o_vars)
-    n_o = len(o_ivs)
+    # a shared buffer serves every thread of a block: its region is the union over the loops
+    # bound to threadIdx (as TVM relaxes thread axes), and it lives outside those loops
+    threads = [k for k, v in enumerate(o_ivs) if pstage.scope == "shared" and _thread_bound(
+        program, v)]
+    full_region = region
+    for k in reversed(threads):
+        region = region.project_out(isl.dim_type.in_, k, 1)
+    keep = [k for k in range(len(o_ivs)) if k not in threads]
+    fp = Footprint(pstage, iv, [o_ivs[k] for k in keep], [o_vars[k] for k in keep])
+    # the allocation goes just outside the outermost thread loop (the root if none is outside)
+    fp.alloc_iv = iv if not threads else (o_ivs[threads[0] - 1] if threads[0] > 0 else "root")
+    n_o = len(keep)
     r = len(t0.shape)
     for d in range(r):
         rd = region.project_out(isl.dim_type.out, d + 1, r - d - 1) \
@@ -122,7 +133,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         hi = rd.lexmax_pw_multi_aff().get_pw_aff(0)
         ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
         emax = isl.Map.from_pw_aff(ext).range().dim_max(0)
-        fp.lo.append(_pw_to_expr(lo, program, n_o, o_vars))
+        fp.lo.append(_pw_to_expr(lo, program, n_o, fp.o_vars))
         fp.extent.append(_pw_to_expr(emax, program, 0, []))
     # the producer's statements, with o as outer dimensions
     prefix = []
@@ -135,7 +146,10 @@ def attach_stage(program, pstage, statements, make_statements, counter):
             k += 1
     prefix.append(0)
     new = make_statements(pstage, prefix, counter)
-    # region as a set over [o, x]
+    # region as a set over [o, x] (thread dimensions free within their loops' ranges)
+    for k in threads:
+        region = region.insert_dims(isl.dim_type.in_, k, 1)
+    region = region.intersect_domain(full_region.domain())
     reg_set = region.wrap().flatten()
     for s in new:
         xdims = [names.name(a.var) for a in pstage.op.axis]
@@ -148,13 +162,19 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         s.extra["domain"] = dom.intersect(isl.Set(
             f"{program.params_text()} -> {{ {s.tuple_text(names)} : "
             f"{' and '.join(s.constraints) or '1 = 1'} }}")).coalesce()
-        s.extra["o_vars"] = o_vars
+        s.extra["o_vars"] = fp.o_vars
     # the consumer statements sharing the prefix now run after the producer
     key = _key(ref.sched[:pos + 1])
     for s in statements:
         if len(s.sched) > pos + 1 and _key(s.sched[:pos + 1]) == key:
             s.sched[pos + 1] += 1
     return new, fp
+
+
+def _thread_bound(program, iv):
+    st = program.iv_stage.get(iv)
+    attr = st.attrs.get(iv) if st is not None else None
+    return attr is not None and attr.kind == "thread" and attr.thread_tag.startswith("threadIdx")
 
 
 def _key(entries):

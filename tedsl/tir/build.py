@@ -64,7 +64,9 @@ class BufferMap:
                              strides=_aligned_strides(fp.extent, st.align_factors))
                 self.buffers[tensor] = b
                 self.attached[b] = fp
-                self.at_loop.setdefault(fp.iv, []).append(b)
+                where = fp.alloc_iv if fp.alloc_iv is not None else fp.iv
+                if not isinstance(where, str):       # "root": allocated around everything
+                    self.at_loop.setdefault(where, []).append(b)
                 return b
             b = N.Buffer(tensor.name, tensor.shape, tensor.dtype, scope,
                          strides=_aligned_strides(tensor.shape, st.align_factors)

@@ -214,8 +214,17 @@ def _launch(s, name):
         tag = x.thread_tag
         for o in stack:
             if type(o) is N.For and o.thread_tag == tag:
-                raise ScheduleError(f"loop {x.var.name} is bound to {tag} inside loop "
-                                    f"{o.var.name}, which is bound to {tag} too")
+                # a stage computed inside thread loops (a cooperative load into shared
+                # memory): its loop bound to the same index runs as those threads, which
+                # must be enough to cover it
+                inner = interval(_extent(x), _ranges(stack))[1]
+                outer = interval(_extent(o), _ranges(stack))[1]
+                if tag in BLOCK_TAGS or inner is None or outer is None or inner > outer:
+                    raise ScheduleError(
+                        f"loop {x.var.name} is bound to {tag} inside loop {o.var.name}, which "
+                        f"is bound to {tag} too, and has more iterations ({inner}) than there "
+                        f"are such threads ({outer}); split {x.var.name} by {outer} and bind "
+                        "the inner loop")
             if tag in BLOCK_TAGS and type(o) is N.For and o.kind != "thread":
                 raise ScheduleError(
                     f"loop {o.var.name} encloses loop {x.var.name}, which is bound to {tag}: "
