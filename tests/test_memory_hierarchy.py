@@ -473,3 +473,22 @@ def test_compute_at_a_fused_loop(rng):
     s[B].compute_at(s[C], s[C].fuse(*C.op.axis))
     a = rand(rng, (4, 8))
     check_kernel(s, [A, C], [a], a * 2 + 1, rtol=1e-6)
+
+
+def test_nested_attach_inside_a_parallel_loop(rng):
+    # P at S's row loop, S at Y's row loop (parallel): S's row loop has one value per row so
+    # isl emits no loop for it; P's buffer must still be private to each parallel iteration
+    X = te.placeholder((8, 32), name="X")
+    P = te.compute((8, 32), lambda i, j: X[i, j] * 2, name="P")
+    k = te.reduce_axis((0, 32), name="k")
+    S = te.compute((8,), lambda i: te.sum(P[i, k], axis=k), name="S")
+    Y = te.compute((8, 32), lambda i, j: X[i, j] / S[i], name="Y")
+    s = te.create_schedule(Y)
+    s[P].compute_at(s[S], S.op.axis[0])
+    s[S].compute_at(s[Y], Y.op.axis[0])
+    s[Y].parallel(Y.op.axis[0])
+    text = str(te.lower(s, [X, Y]))
+    assert text.index("parallel") < text.index("P = allocate(float32[1, 32]")
+    x = rand(rng, (8, 32))
+    check_kernel(s, [X, Y], [x], x / (2 * x.astype(np.float64)).sum(1, keepdims=True),
+                 rtol=1e-5)

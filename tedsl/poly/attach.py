@@ -29,6 +29,8 @@ class Footprint:
     o_ivs: list                  # consumer loops L_0..L_a
     o_vars: list                 # Vars standing for those loops in ``lo``
     alloc_iv: object = None      # the loop whose body holds the allocation
+    reader_o: dict = field(default_factory=dict)  # reader statement -> its loop values (Exprs)
+    full_o_ivs: list = field(default_factory=list)  # every loop above the attach point
     lo: list = field(default_factory=list)       # Expr per dimension (over o_vars, sizes)
     extent: list = field(default_factory=list)   # Expr per dimension (sizes only)
 
@@ -89,10 +91,17 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     o_names = [names.name(v) for v in o_vars]
     # region R: [o] -> T[x]
     region = None
+    reader_o = {}
     for s, accs in readers:
         loops = [e[1] for e in s.sched[:pos + 1] if not isinstance(e, int)]
         pm = isl.Map(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
                      f"[{', '.join(loops)}] }}").intersect_domain(s.domain_set(program))
+        # the loop values above the attach point as functions of the reader's iterators
+        # (isl emits no loop for a dimension with one value, so they cannot be looked up)
+        reader_o[s.name] = [
+            _pw_to_expr(isl.PwAff(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
+                                  f"[({t})] }}"), program, len(s.iters), s.iters)
+            for t in loops]
         for a in accs:
             if not a.exact:
                 raise AttachError(
@@ -122,7 +131,9 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         region = region.project_out(isl.dim_type.in_, k, 1)
     keep = [k for k in range(len(o_ivs)) if k not in threads]
     fp = Footprint(pstage, iv, [o_ivs[k] for k in keep], [o_vars[k] for k in keep])
+    fp.full_o_ivs = list(o_ivs)
     # the allocation goes just outside the outermost thread loop (the root if none is outside)
+    fp.reader_o = {k: [v[j] for j in keep] for k, v in reader_o.items()}
     fp.alloc_iv = iv if not threads else (o_ivs[threads[0] - 1] if threads[0] > 0 else "root")
     n_o = len(keep)
     r = len(t0.shape)

@@ -115,15 +115,22 @@ def _aligned_strides(shape, align):
     return st
 
 
-def to_tir(expr, bufs, ivenv=None):
-    """Replace tensor loads by buffer loads (attached buffers indexed relative to their region)."""
+def to_tir(expr, bufs, ivenv=None, ctx=None):
+    """Replace tensor loads by buffer loads (attached buffers indexed relative to their region).
+
+    ``ctx`` is ``(statement, substitution)`` of the instance being built."""
     def fn(e):
         if type(e) is E.TensorLoad:
             b = bufs.of(e.tensor)
             idx = e.indices
             fp = bufs.attached.get(b)
             if fp is not None:
-                idx = bufs.offset(b, idx, [_loop_value(v, ivenv, bufs) for v in fp.o_ivs])
+                ovals = None
+                if ctx is not None and ctx[0].name in fp.reader_o:
+                    ovals = [substitute(x, ctx[1]) for x in fp.reader_o[ctx[0].name]]
+                else:
+                    ovals = [_loop_value(v, ivenv, bufs) for v in fp.o_ivs]
+                idx = bufs.offset(b, idx, ovals)
             return N.BufferLoad(b, idx)
         return None
     return transform(expr, fn)
@@ -148,7 +155,7 @@ def statement(stmt, vals, bufs, ivenv):
     ovals = [sub[v] for v in stmt.extra.get("o_vars", ())]
     op = stmt.stage.op
     idx = [sub[a.var] for a in op.axis]
-    tt = lambda e: to_tir(substitute(e, sub), bufs, ivenv)  # noqa: E731
+    tt = lambda e: to_tir(substitute(e, sub), bufs, ivenv, (stmt, sub))  # noqa: E731
     if stmt.kind in ("compute", "scan_init", "scan_update"):
         return _store_outputs(stmt, bufs, idx, [tt(b) for b in stmt.body], ovals)
     red = stmt.body[0]
@@ -210,6 +217,20 @@ def _with_allocs(iv, body, bufs, tree):
     return body
 
 
+def _loops_in(tree, out):
+    kind = tree[0]
+    if kind == "block":
+        for c in tree[1]:
+            _loops_in(c, out)
+    elif kind == "if":
+        _loops_in(tree[2], out)
+        if tree[3] is not None:
+            _loops_in(tree[3], out)
+    elif kind in ("for", "let"):
+        out.add(tree[1])
+        _loops_in(tree[5] if kind == "let" else tree[7], out)
+
+
 def _computes(tree, stage):
     kind = tree[0]
     if kind == "user":
@@ -227,6 +248,18 @@ def build_func(program, tree, args, name):
     for fp in program.footprints.values():      # register attached buffers before the walk
         for t in fp.stage.op.outputs:
             bufs.of(t)
+    # an attached buffer lives in the innermost emitted loop at or above its attach point
+    # (isl emits no loop for a dimension of one value): never outside a parallel loop
+    present = set()
+    _loops_in(tree, present)
+    bufs.at_loop = {}
+    for b, fp in bufs.attached.items():
+        chain = list(fp.full_o_ivs)
+        stop = fp.alloc_iv if fp.alloc_iv is not None else fp.iv
+        chain = [] if isinstance(stop, str) else chain[:chain.index(stop) + 1]
+        here = [v for v in chain if v in present]
+        if here:
+            bufs.at_loop.setdefault(here[-1], []).append(b)
     body = from_tree(tree, bufs)
     for b in bufs.attached:       # attached at a loop isl did not emit (a single iteration)
         if b not in bufs.placed:
