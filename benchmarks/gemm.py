@@ -95,7 +95,7 @@ def main(n=1024, rounds=7):
     print(machine_description())
     print(table)
     print(note)
-    write_results("gemm", table + "\n\n" + note)
+    write_results("gemm", f"## GEMM {n}³ float32 (CPU)\n\n" + table + "\n\n" + note)
     return rows
 
 
