@@ -24,6 +24,7 @@ from ..ir import expr as E
 from ..ir.functor import walk
 from ..ir.printer import expr_str
 from ..tir import nodes as N
+from ..tir.functor import with_children as tir_with_children
 
 INT32 = (-2**31, 2**31 - 1)
 
@@ -283,20 +284,9 @@ def children(s):
 
 def with_children(s, kids):
     """``s`` with its child statements replaced by ``kids``."""
-    t = type(s)
-    if t is CrossThreadReduce:
+    if type(s) is CrossThreadReduce:
         return CrossThreadReduce(s.accs, s.tag, kids[0], kids[1])
-    if t is N.Seq:
-        return N.seq(kids)
-    if t is N.IfThen:
-        return N.IfThen(s.cond, kids[0], kids[1] if len(kids) > 1 else None)
-    if t is N.For:
-        return s.replace(body=kids[0])
-    if t is N.LetStmt:
-        return N.LetStmt(s.var, s.value, kids[0])
-    if t is N.Allocate:
-        return N.Allocate(s.buffer, kids[0])
-    return s
+    return tir_with_children(s, kids)
 
 
 def rewrite(s, fstmt):
