@@ -18,6 +18,7 @@ from ..codegen.cuda_expr import interval
 from ..transform.lower_threads import lower_threads
 from . import cpu
 from .cuda import driver, nvrtc
+from .signature import check_scalar
 from .module import TimingResult, signature_of
 from .signature import dim_str, dim_value
 
@@ -101,15 +102,7 @@ def bind_device_arguments(sig, args):
     for k, (p, a) in enumerate(zip(params, args)):
         pos = f"{k} ({p['name']})"
         if p["kind"] == "scalar":
-            if isinstance(a, np.ndarray) and a.ndim == 0:
-                a = a.item()
-            if isinstance(a, bool) and p["dtype"] != "bool" or not isinstance(
-                    a, (int, float, bool, np.integer, np.floating, np.bool_)):
-                raise ArgumentError(f"argument {pos}: expected a {p['dtype']} scalar, got "
-                                    f"{type(a).__name__} {a!r}")
-            if p["dtype"].startswith(("int", "uint")) and not float(a).is_integer():
-                raise ArgumentError(f"argument {pos}: expected an integer, got {a!r}")
-            values.append(a)
+            values.append(check_scalar(p, a, pos))
             continue
         arr = _device_array(a, p, pos)
         if ordinal is None:

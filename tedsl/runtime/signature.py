@@ -66,6 +66,19 @@ def as_host_array(a, p, position):
                         f"{p['dtype']}, got {type(a).__name__}")
 
 
+def check_scalar(p, a, pos):
+    """The Python value of scalar argument ``a`` for parameter ``p`` (or ArgumentError)."""
+    if isinstance(a, np.ndarray) and a.ndim == 0:
+        a = a.item()
+    if isinstance(a, bool) and p["dtype"] != "bool" or not isinstance(
+            a, (int, float, bool, np.integer, np.floating, np.bool_)):
+        raise ArgumentError(f"argument {pos}: expected a {p['dtype']} scalar, got "
+                            f"{type(a).__name__} {a!r}")
+    if p["dtype"].startswith(("int", "uint")) and not float(a).is_integer():
+        raise ArgumentError(f"argument {pos}: expected an integer, got {a!r}")
+    return a
+
+
 def bind_arguments(sig, args):
     """Validate ``args`` against ``sig``; returns ``(values, env)``.
 
@@ -89,15 +102,7 @@ def bind_arguments(sig, args):
     for k, (p, a) in enumerate(zip(params, args)):
         pos = f"{k} ({p['name']})"
         if p["kind"] == "scalar":
-            if isinstance(a, (np.ndarray,)) and a.ndim == 0:
-                a = a.item()
-            if isinstance(a, bool) and p["dtype"] != "bool" or not isinstance(
-                    a, (int, float, bool, np.integer, np.floating, np.bool_)):
-                raise ArgumentError(f"argument {pos}: expected a {p['dtype']} scalar, got "
-                                    f"{type(a).__name__} {a!r}")
-            if p["dtype"].startswith(("int", "uint")) and not float(a).is_integer():
-                raise ArgumentError(f"argument {pos}: expected an integer, got {a!r}")
-            values.append(a)
+            values.append(check_scalar(p, a, pos))
             continue
         arr = as_host_array(a, p, pos)
         want = np_dtype(p["dtype"])
