@@ -492,3 +492,15 @@ def test_nested_attach_inside_a_parallel_loop(rng):
     x = rand(rng, (8, 32))
     check_kernel(s, [X, Y], [x], x / (2 * x.astype(np.float64)).sum(1, keepdims=True),
                  rtol=1e-5)
+
+
+def test_rfactor_after_scheduling_data_loops_is_refused():
+    A = te.placeholder((8, 32), name="A")
+    k = te.reduce_axis((0, 32), name="k")
+    S = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    s = te.create_schedule(S)
+    s[S].split(S.op.axis[0], factor=2)
+    _, ki = s[S].split(k, factor=4)
+    with pytest.raises(te.ScheduleError, match=r"call rfactor before scheduling the "
+                                                r"data-parallel loops of S"):
+        s.rfactor(S, ki)

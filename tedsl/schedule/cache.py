@@ -184,6 +184,13 @@ def rfactor(s, tensor, axis, factor_axis=0):
                             f"{', '.join(v.name for v in st.leaf_iter_vars if v.kind == 'reduce')}")
     if not 0 <= factor_axis <= len(op.axis):
         raise ScheduleError(f"{what}: factor_axis must be in [0, {len(op.axis)}]")
+    data_rel = [r for r in st.relations if getattr(r, "parent", getattr(r, "outer", None)).kind
+                != "reduce"]
+    data_attr = [iv for iv in st.attrs if iv.kind != "reduce"]
+    if data_rel or data_attr:
+        raise ScheduleError(f"{what}: call rfactor before scheduling the data-parallel loops of "
+                            f"{st.name} (they are rebuilt by rfactor); schedule s[{st.name}] "
+                            "afterwards, on its new loops")
     red = op.body[0]
     leaves = [v for v in st.leaf_iter_vars if v.kind == "reduce"]
     ext = {}
