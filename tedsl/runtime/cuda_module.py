@@ -14,7 +14,7 @@ from ..errors import ArgumentError, CudaError, ShapeError, TedslError
 from ..ir import dtype as dt
 from ..ir.simplify import simplify
 from ..codegen import cuda as cuda_codegen
-from ..codegen.cuda_expr import interval
+from ..transform.thread_analysis import interval
 from ..transform.lower_threads import lower_threads
 from . import cpu
 from .cuda import driver, nvrtc

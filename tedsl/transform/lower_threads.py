@@ -44,8 +44,8 @@ from ..ir.printer import expr_str
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import map_exprs
-from ..codegen.cuda_expr import (CrossThreadReduce, accesses, affine, canonical, children,
-                                  interval, rewrite, walk_stmts, with_children)
+from .thread_analysis import (CrossThreadReduce, accesses, affine, canonical, children,
+                              interval, rewrite, walk_stmts, with_children)
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
