@@ -9,7 +9,6 @@ from llvmlite import ir
 from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
-from ..tir import nodes as N
 
 I1, I8, I16, I32, I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -123,7 +122,6 @@ class ExprEmitter:
         lanes = v.type.count if is_vec(v) else 1
         tt = self.ty(dst, lanes)
         f32 = ir.VectorType(F32, lanes) if lanes > 1 else F32
-        f64 = ir.VectorType(F64, lanes) if lanes > 1 else F64
         # half precision goes through float: no compiler-rt helper calls in JIT code, and a
         # round-to-odd step to float keeps float64 -> float16 / bfloat16 correctly rounded
         if src == "float16" and dst != "float32":

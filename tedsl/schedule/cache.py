@@ -75,7 +75,7 @@ def cache_read(s, tensor, scope, readers):
     """A stage copying ``tensor`` into a ``scope`` buffer, read by ``readers`` instead."""
     what = f"cache_read({getattr(tensor, 'name', tensor)}, {scope!r})"
     _check_scope(scope, what)
-    src_stage = _stage_of(s, tensor, what)
+    _stage_of(s, tensor, what)          # the tensor must belong to this schedule
     if isinstance(readers, (Tensor, E.Expr)) or not isinstance(readers, (list, tuple)):
         readers = [readers]
     rstages = [_stage_of(s, r, what) for r in readers]
