@@ -142,3 +142,38 @@ def blas_threads():
                 fn.argtypes = [ctypes.c_int]
                 return fn
     return None
+
+
+def matmul_vs_numpy(f, a, b, c, rounds, threads=(1, 2)):
+    """Interleaved timing of a built matmul ``f(a, b, c)`` and ``np.dot(a, b, out=c)``.
+
+    Each round, for each thread count (set on the module and on numpy's OpenBLAS), each side
+    runs 3 calls and keeps the median, after a short pause: both libraries' worker threads
+    keep spinning for a while after a call, and on two cores they would steal the other
+    side's second core.
+
+    Returns
+    -------
+    times : dict
+        ``(who, threads) -> median seconds`` over the rounds, ``who`` in tedsl / numpy.
+    blas_set : bool
+        Whether numpy's thread count could be set.
+    """
+    import numpy as np
+    set_blas = blas_threads()
+    runs = {}
+    for _ in range(rounds):
+        for nt in threads:
+            f.set_num_threads(nt)
+            if set_blas is not None:
+                set_blas(nt)
+            for who, fn in (("tedsl", lambda: f(a, b, c)),
+                            ("numpy", lambda: np.dot(a, b, out=c))):
+                calls = []
+                time.sleep(0.15)
+                for _ in range(3):
+                    t = time.perf_counter()
+                    fn()
+                    calls.append(time.perf_counter() - t)
+                runs.setdefault((who, nt), []).append(statistics.median(calls))
+    return {k: statistics.median(v) for k, v in runs.items()}, set_blas is not None

@@ -7,13 +7,12 @@ built module (arguments A, B, C) so that other tools can measure it.
 
 Run: ``python benchmarks/gemm.py [n]``; writes the ``gemm`` section of RESULTS.md.
 """
-import statistics
 import sys
 import time
 
 import numpy as np
 
-from common import blas_threads, machine_description, markdown_table, write_results
+from common import machine_description, markdown_table, matmul_vs_numpy, write_results
 
 import tedsl as te
 
@@ -21,32 +20,14 @@ MR, NR, KU = 8, 32, 4
 
 
 def schedule(n, mr=MR, nr=NR, ku=KU):
-    """The compute definition and schedule of an n×n×n float32 matmul; returns (s, args)."""
-    A = te.placeholder((n, n), "float32", name="A")
-    B = te.placeholder((n, n), "float32", name="B")
-    k = te.reduce_axis((0, n), name="k")
-    # B packed into column panels: Bp[jo, k, ji] = B[k, jo * nr + ji] (contiguous per tile)
-    Bp = te.compute(((n + nr - 1) // nr, n, nr),
-                    lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
-                    name="Bp")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
-                   name="C")
-    s = te.create_schedule(C)
-    CC = s.cache_write(C, "local")                 # the register tile
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
-    s[CC].compute_at(s[C], jo)
-    ic, jc = s[CC].op.axis
-    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=ku)
-    s[CC].reorder(ko, ki, ic, jc)
-    s[CC].unroll(ki)
-    s[CC].unroll(ic)
-    s[CC].vectorize(jc)
-    s[C].vectorize(ji)
-    s[C].parallel(io)
-    x, _, z = s[Bp].op.axis
-    s[Bp].vectorize(z)
-    s[Bp].parallel(x)
-    return s, [A, B, C]
+    """The compute definition and schedule of an n×n×n float32 matmul; returns (s, args).
+
+    The schedule is ``tedsl.cli.gemm_template`` (also the space ``python -m tedsl tune``
+    searches) at these knobs."""
+    from tedsl.cli import gemm_template
+    from tedsl.tune import Space
+    config = {"tile_i": mr, "tile_j": nr, "unroll_k": ku, "unroll_rows": True}
+    return gemm_template(Space(config), n)
 
 
 def build_best(n):
@@ -67,29 +48,18 @@ def main(n=1024, rounds=7):
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(c - ref).max() / np.abs(ref).max())
     assert err < 1e-5, f"gemm result is wrong: relative error {err}"
-    set_blas = blas_threads()
+    times, blas_set = matmul_vs_numpy(f, a, b, c, rounds)
     flops = 2.0 * n ** 3
-    times = {}
-    for _ in range(rounds):                  # interleaved: tedsl and numpy alternate
-        for nt in (1, 2):
-            f.set_num_threads(nt)
-            if set_blas is not None:
-                set_blas(nt)
-            for who, fn in (("tedsl", lambda: f(a, b, c)), ("numpy", lambda: np.dot(a, b, out=c))):
-                fn()
-                t = time.perf_counter()
-                fn()
-                fn()
-                times.setdefault((who, nt), []).append((time.perf_counter() - t) / 2)
     rows = []
     for nt in (1, 2):
-        ts, tn = statistics.median(times[("tedsl", nt)]), statistics.median(times[("numpy", nt)])
+        ts, tn = times[("tedsl", nt)], times[("numpy", nt)]
         rows.append([f"{n}³ float32", nt, f"{ts * 1e3:.2f}", f"{flops / ts / 1e9:.1f}",
                      f"{tn * 1e3:.2f}", f"{flops / tn / 1e9:.1f}", f"{tn / ts:.2f}×"])
     table = markdown_table(["GEMM", "threads", "tedsl ms", "tedsl GFLOP/s", "numpy ms",
                             "numpy GFLOP/s", "tedsl vs numpy"], rows)
-    note = (f"Medians of {rounds} interleaved rounds (2 calls each); numpy's OpenBLAS thread "
-            f"count set to match{'' if set_blas else ' (setter not found: numpy used its default)'}"
+    note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each); numpy's "
+            f"OpenBLAS thread count set to match"
+            f"{'' if blas_set else ' (setter not found: numpy used its default)'}"
             f". Schedule: packed B panels of {NR}, {MR}×{NR} register tile, k unrolled by {KU}, "
             f"parallel rows of tiles. Build time {build_s:.2f} s; max relative error {err:.1e}.")
     print(machine_description())

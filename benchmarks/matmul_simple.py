@@ -9,13 +9,12 @@ It is a readable first schedule, not a fast one: the gap to numpy is what
 Run: ``python benchmarks/matmul_simple.py [n]``; writes the ``matmul_simple`` section of
 RESULTS.md.
 """
-import statistics
 import sys
 import time
 
 import numpy as np
 
-from common import blas_threads, machine_description, markdown_table, write_results
+from common import machine_description, markdown_table, matmul_vs_numpy, write_results
 
 import tedsl as te
 
@@ -50,24 +49,11 @@ def main(n=1024, rounds=ROUNDS):
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(c - ref).max() / np.abs(ref).max())
     assert err < 1e-5, f"matmul result is wrong: relative error {err}"
-    set_blas = blas_threads()
+    times, blas_set = matmul_vs_numpy(f, a, b, c, rounds)
     flops = 2.0 * n ** 3
-    times = {}
-    for _ in range(rounds):                 # interleaved: tedsl and numpy alternate
-        for nt in (1, 2):
-            f.set_num_threads(nt)
-            if set_blas is not None:
-                set_blas(nt)
-            for who, fn in (("tedsl", lambda: f(a, b, c)), ("numpy", lambda: np.dot(a, b, out=c))):
-                calls = []
-                for _ in range(3):          # the median of 3 calls: the first may find the
-                    t = time.perf_counter()  # other library's idle threads still spinning
-                    fn()
-                    calls.append(time.perf_counter() - t)
-                times.setdefault((who, nt), []).append(statistics.median(calls))
     rows = []
     for nt in (1, 2):
-        ts, tn = statistics.median(times[("tedsl", nt)]), statistics.median(times[("numpy", nt)])
+        ts, tn = times[("tedsl", nt)], times[("numpy", nt)]
         rows.append([f"{n}³ float32", nt, f"{ts * 1e3:.1f}", f"{flops / ts / 1e9:.1f}",
                      f"{tn * 1e3:.1f}", f"{flops / tn / 1e9:.1f}", f"{tn / ts:.2f}×"])
     table = markdown_table(["matmul (API.md schedule)", "threads", "tedsl ms", "tedsl GFLOP/s",
@@ -75,7 +61,7 @@ def main(n=1024, rounds=ROUNDS):
     note = (f"Schedule: `tile(i, j, 32, 32)`, `split(k, 4)`, `reorder(io, jo, ko, ki, ii, ji)`, "
             f"`vectorize(ji)`, `parallel(io)` (the example of API.md). Medians of {rounds} "
             f"interleaved rounds (the median of 3 calls each); numpy's OpenBLAS thread count "
-            f"set to match{'' if set_blas else ' (setter not found: numpy used its default)'}. "
+            f"set to match{'' if blas_set else ' (setter not found: numpy used its default)'}. "
             f"Build time {build_s:.2f} s; max relative error {err:.1e}. The GEMM tutorial "
             f"(`tutorials/02_optimize_matmul_cpu.py`, `benchmarks/gemm.py`) closes the gap.")
     print(machine_description())
