@@ -357,7 +357,7 @@ class LLVMCodegen(ExprEmitter):
         b.position_at_end(head)
         i = b.phi(I64, name=s.var.name)
         i.add_incoming(lo, pre)
-        b.cbranch(b.icmp_signed("<", i, hi), body, end)
+        b.cbranch(b.icmp_signed("<" if s.step > 0 else ">", i, hi), body, end)
         b.position_at_end(body)
         self.vars[s.var] = i
         self.stmt(s.body)
@@ -448,11 +448,16 @@ class LLVMCodegen(ExprEmitter):
         phi_ = ob.load(gep(ob, arg, nf - 2), typ=I64)
         tid = ob.sext(ob.call(self._decl("omp_get_thread_num", I32, []), []), I64)
         nth = ob.sext(ob.call(self._decl("omp_get_num_threads", I32, []), []), I64)
-        total = ob.sub(phi_, plo)
-        chunk = ob.sdiv(ob.add(total, ob.sub(nth, ir.Constant(I64, 1))), nth)
-        my_lo = ob.add(plo, ob.mul(tid, chunk))
-        my_hi = ob.add(my_lo, chunk)
-        my_hi = ob.select(ob.icmp_signed("<", my_hi, phi_), my_hi, phi_)
+        # chunk the iteration count, not the range: every thread starts on the stride
+        count = self._trip_count(ob, plo, phi_, s.step)
+        chunk = ob.sdiv(ob.add(count, ob.sub(nth, ir.Constant(I64, 1))), nth)
+        k_lo = ob.mul(tid, chunk)
+        k_lo = ob.select(ob.icmp_signed("<", k_lo, count), k_lo, count)
+        k_hi = ob.add(k_lo, chunk)
+        k_hi = ob.select(ob.icmp_signed("<", k_hi, count), k_hi, count)
+        step = ir.Constant(I64, s.step)
+        my_lo = ob.add(plo, ob.mul(k_lo, step))
+        my_hi = ob.add(plo, ob.mul(k_hi, step))
         self.in_parallel = True
         self._serial_loop(s, my_lo, my_hi)
         self.in_parallel = False
@@ -460,7 +465,7 @@ class LLVMCodegen(ExprEmitter):
         self._finish_allocas(start_block)
         self.fn, self.alloca_bb, self.b, self.fail_mode, self.vars, self.bufptr = frame
         b = self.b
-        total = b.sub(hi, lo)
+        total = self._trip_count(b, lo, hi, s.step)
         nthr = b.load(self.nthreads, typ=I32)
         serial_bb = self.fn.append_basic_block("par.serial")
         par_bb = self.fn.append_basic_block("par.run")
@@ -493,6 +498,16 @@ class LLVMCodegen(ExprEmitter):
             b.store(st, self.fail_mode[1])
             b.ret_void()
         b.position_at_end(ok_bb)
+
+    @staticmethod
+    def _trip_count(b, lo, hi, step):
+        """Iterations of ``for i in range(lo, hi, step)`` (0 for an empty range), as i64."""
+        span = b.sub(hi, lo) if step > 0 else b.sub(lo, hi)
+        mag = abs(step)
+        if mag != 1:
+            span = b.sdiv(b.add(span, ir.Constant(I64, mag - 1)), ir.Constant(I64, mag))
+        zero = ir.Constant(I64, 0)
+        return b.select(b.icmp_signed(">", span, zero), span, zero)
 
     # -- functions ------------------------------------------------------------------------------
     def _param_types(self):
