@@ -586,6 +586,7 @@ class LLVMCodegen(ExprEmitter):
         bound = {}
         deferred = []
         datas = []
+        spans = []
         for p, obj in zip(f.params, fn.args):
             ty = at(obj, abi["ob_type"], I64)
             check(b.icmp_unsigned("==", ty, ir.Constant(I64, abi["ndarray_type"])))
@@ -602,8 +603,10 @@ class LLVMCodegen(ExprEmitter):
             bo = at(descr, abi["byteorder"], I8)
             check(b.icmp_unsigned("!=", bo, ir.Constant(I8, ord(">"))))
             dims = at(obj, abi["dims"], PTR)
+            nbytes = ir.Constant(I64, dt.itemsize(p.dtype))
             for d, s in enumerate(p.shape):
                 dv = b.load(b.gep(dims, [ir.Constant(I64, d)], source_etype=I64), typ=I64)
+                nbytes = b.mul(nbytes, dv)
                 s = simplify(s)
                 if isinstance(s, E.Const):
                     check(b.icmp_signed("==", dv, ir.Constant(I64, int(s.value))))
@@ -613,6 +616,18 @@ class LLVMCodegen(ExprEmitter):
                 else:
                     deferred.append((s, dv))
             datas.append(at(obj, abi["data"], PTR))
+            spans.append((p in written, b.ptrtoint(datas[-1], I64), nbytes))
+        # an array the kernel writes that shares memory with another one breaks ``noalias``:
+        # the slow path raises the error that names both
+        clash = None
+        for x, (wx, sx, nx) in enumerate(spans):
+            for wy, sy, ny in spans[x + 1:]:
+                if wx or wy:
+                    c = b.and_(b.icmp_unsigned("<", sx, b.add(sy, ny)),
+                               b.icmp_unsigned("<", sy, b.add(sx, nx)))
+                    clash = c if clash is None else b.or_(clash, c)
+        if clash is not None:
+            check(b.not_(clash))
         self.vars = {v: b.trunc(x, self.ty(v.dtype, 1)) if self.ty(v.dtype, 1) != I64 else x
                      for v, x in bound.items()}
         for s, dv in deferred:

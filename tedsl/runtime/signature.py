@@ -142,9 +142,40 @@ def bind_arguments(sig, args):
                 why = " (" + ", ".join(f"{n} = {env.get(n)}" for n, _ in dim["t"]) + ")"
             raise ShapeError(f"argument {pos}: dimension {d} is {got}, expected "
                              f"{dim_str(dim)} = {want}{why}; shape {tuple(shape)}")
+    check_overlap(sig, values)
     for v in sig["size_vars"]:
         if v not in env:
             raise ShapeError(f"{sig['name']}: size {v} cannot be bound from any argument shape")
         if env[v] > 2**31 - 1:
             raise ShapeError(f"{sig['name']}: size {v} = {env[v]} exceeds the int32 range")
     return values, env
+
+
+def data_range(arr):
+    """``[start, end)`` byte addresses of a C-contiguous array's data."""
+    start = arr.__array_interface__["data"][0]
+    return start, start + arr.nbytes
+
+
+def check_overlap(sig, values):
+    """Refuse an array the kernel writes that shares memory with another argument.
+
+    Buffer parameters are compiled as non-aliasing (``noalias``), so ``f(a, a)`` or two views
+    of one buffer would give a result different from the out-of-place call.  Arrays the kernel
+    only reads may share memory freely.
+    """
+    params = sig["params"]
+    bufs = [(k, p, data_range(v)) for k, (p, v) in enumerate(zip(params, values))
+            if p["kind"] == "buffer" and v.nbytes]
+    for x, (k, p, (s0, e0)) in enumerate(bufs):
+        for j, q, (s1, e1) in bufs[x + 1:]:
+            if not (p.get("written") or q.get("written")) or not (s0 < e1 and s1 < e0):
+                continue
+            roles = " and ".join(f"{r['name']} is {'written' if r.get('written') else 'read'}"
+                                 for r in (p, q))
+            fix = (f"a copy of the input, e.g. {p['name']}.copy()" if not p.get("written") else
+                   f"a copy of the input, e.g. {q['name']}.copy()" if not q.get("written") else
+                   "separate output arrays")
+            raise ArgumentError(
+                f"{sig['name']}: arguments {k} ({p['name']}) and {j} ({q['name']}) share memory, "
+                f"but {roles} by the kernel, which assumes they do not overlap; pass {fix}")
