@@ -818,3 +818,70 @@ def test_gpu_errors_name_the_call():
     assert "cuLaunchKernel" in str(info.value) and info.value.name.startswith("CUDA_ERROR_")
     with pytest.raises(CudaError, match="CUDA_ERROR_NOT_FOUND"):
         fn.module.get_function("no_such_kernel")
+
+
+# ----------------------------------------------------------------------------------------
+# cuda -arch=: the requested architecture is compiled for, with or without a GPU
+
+
+def _vadd_schedule():
+    import tedsl as te
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    return s, [A, B]
+
+
+@pytest.mark.parametrize("arch", [None, "sm_80", "sm_86", "sm_100", "compute_80"])
+def test_target_arch_is_honoured(arch):
+    from tedsl.codegen.target import parse
+    from tedsl.runtime.cuda_module import target_arch
+    want = arch or (nvrtc.default_arch() if driver.is_available() else "sm_90")
+    assert target_arch(parse("cuda" + (f" -arch={arch}" if arch else ""))) == want
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "compute_80", "sm_100"])
+def test_requested_arch_is_compiled_even_when_a_gpu_is_present(fake_cuda, arch):
+    import tedsl as te
+    assert driver.is_available() and nvrtc.default_arch() == "sm_90"   # a (fake) H100
+    mod = te.build(*_vadd_schedule(), target=f"cuda -arch={arch}", name="twice")
+    assert mod.arch == arch
+    ptx = mod.get_source("ptx")
+    target = re.search(r"^\.target (\w+)", ptx, re.M).group(1)
+    assert target == "sm_" + arch.split("_")[1]
+    assert f"for {arch}" in mod.get_source("cuda")
+    assert bool(mod._compiled.cubin) == arch.startswith("sm_")
+
+
+@requires_nvrtc
+def test_arch_newer_than_the_gpu_is_refused_at_the_call(fake_cuda):
+    import tedsl as te
+    mod = te.build(*_vadd_schedule(), target="cuda -arch=sm_100", name="twice")
+    a = nd.array(np.arange(1, 9, dtype=np.float32), device=cuda(0))
+    b = nd.array(np.full(8, np.nan, np.float32), device=cuda(0))
+    with pytest.raises(TargetUnavailableError,
+                       match=r"compiled for sm_100 .*compute capability 9\.0 \(sm_90\), which "
+                             r"cannot run it; build with target 'cuda' .* 'cuda -arch=sm_90'"):
+        mod(a, b)
+    assert np.isnan(b.numpy()).all()      # nothing ran
+
+
+@requires_nvrtc
+def test_bad_arch_is_a_compile_error():
+    import tedsl as te
+    with pytest.raises(CompileError, match=r"sm_xx.*is not an architecture name"):
+        te.build(*_vadd_schedule(), target="cuda -arch=sm_xx")
+
+
+@pytest.mark.parametrize("arch, cc, ok", [
+    ("sm_90", (9, 0), True), ("sm_80", (9, 0), True), ("compute_80", (9, 0), True),
+    ("sm_86", (8, 0), False), ("sm_100", (9, 0), False), ("compute_100", (9, 0), False),
+    ("sm_90a", (9, 0), True), ("sm_90a", (10, 0), False), ("sm_100f", (10, 3), True),
+    ("sm_100f", (12, 0), False), ("sm_xx", (9, 0), False)])
+def test_runs_on(arch, cc, ok):
+    assert nvrtc.runs_on(arch, cc) is ok

@@ -10,7 +10,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import ArgumentError, CudaError, ShapeError, TedslError
+from ..errors import ArgumentError, CudaError, ShapeError, TargetUnavailableError, TedslError
 from ..ir import dtype as dt
 from ..ir.simplify import simplify
 from ..codegen import cuda as cuda_codegen
@@ -27,11 +27,26 @@ _ALIGN = 16
 
 
 def target_arch(tgt):
-    """The architecture to compile for: the device's when there is a GPU, else ``-arch=``
-    from the target, else ``sm_90``."""
+    """The architecture to compile for: ``-arch=`` from the target when given (whether or not
+    a GPU is present: the code is compiled for it and a GPU that cannot run it is refused at
+    the first call), else the GPU's own, else ``sm_90``."""
+    if tgt.arch:
+        return tgt.arch
     if driver.is_available():
         return nvrtc.default_arch()
-    return tgt.arch or nvrtc.DEFAULT_ARCH
+    return nvrtc.DEFAULT_ARCH
+
+
+def check_runnable(arch, ordinal):
+    """Raise TargetUnavailableError if GPU ``ordinal`` cannot run code compiled for ``arch``."""
+    dev = driver.get_device(ordinal)
+    cc = dev.compute_capability
+    if not nvrtc.runs_on(arch, cc):
+        raise TargetUnavailableError(
+            f"this module was compiled for {arch} (target 'cuda -arch={arch}'), but cuda"
+            f"({ordinal}) is {dev.name} with compute capability {cc[0]}.{cc[1]} ({dev.arch}), "
+            f"which cannot run it; build with target 'cuda' (the GPU's own architecture) or "
+            f"'cuda -arch={dev.arch}'")
 
 
 def build_cuda(func, tgt):
@@ -202,6 +217,7 @@ class CudaModule:
         fns = self._loaded.get(ordinal)
         if fns is None:
             c = self._compiled
+            check_runnable(c.arch, ordinal)
             try:
                 mod = driver.CudaModule(c.cubin if c.cubin else c.ptx, device=ordinal)
             except CudaError:
@@ -304,4 +320,4 @@ class CudaModule:
         return run
 
 
-__all__ = ["build_cuda", "CudaModule", "bind_device_arguments", "target_arch"]
+__all__ = ["build_cuda", "CudaModule", "bind_device_arguments", "target_arch", "check_runnable"]

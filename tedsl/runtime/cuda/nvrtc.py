@@ -120,6 +120,28 @@ def default_arch():
     return f"sm_{cc}"
 
 
+def runs_on(arch, compute_capability):
+    """Whether code compiled for ``arch`` can run on a GPU of ``compute_capability``.
+
+    ``(major, minor)``.  PTX for ``compute_XY`` / ``sm_XY`` is JIT-compiled by the driver for any
+    GPU at least as new as ``XY`` (a CUBIN runs on the same major version with an equal or
+    newer minor one; the module falls back to the PTX otherwise).  ``sm_XYa`` code uses
+    features of exactly that GPU; ``sm_XYf`` code runs on that family (same major version).
+    Unknown names return False.
+    """
+    match = _ARCH_RE.match(str(arch))
+    if not match:
+        return False
+    version, suffix = int(match.group(2)), match.group(3)
+    major, minor = (int(x) for x in compute_capability)
+    cc = 10 * major + minor
+    if suffix == "a":
+        return cc == version
+    if suffix == "f":
+        return major == version // 10 and cc >= version
+    return cc >= version
+
+
 def compile_cuda(source, arch=DEFAULT_ARCH, name="kernel.cu", options=()):
     """Compile CUDA C++ source with NVRTC.
 
