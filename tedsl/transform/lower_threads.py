@@ -184,7 +184,8 @@ def _lower_kernel(func, s, name):
     def hoist(x):
         if type(x) is N.Allocate:
             if x.buffer.scope == "shared":
-                shared.append(x.buffer)
+                if not any(b is x.buffer for b in shared):    # declared once per kernel
+                    shared.append(x.buffer)
                 return x.body
             size = simplify(x.buffer.size())
             if not isinstance(size, E.Const):
