@@ -284,18 +284,27 @@ def three_stage():
 def test_compute_at_a_stage_that_does_not_read_it():
     A, B, C, D = three_stage()
     s = te.create_schedule(D)
+    # D reads B through C, which may still be attached inside D's loop later (any call order):
+    # the attach point is checked at lower, where C still runs at the root
+    s[B].compute_at(s[D], D.op.axis[1])
     with pytest.raises(te.AttachError,
-                       match=r"^compute_at\(s\[D\], j\): stage B cannot be computed at loop j of "
-                             r"D: D does not read B\.\nLegal locations for B are:\n"
+                       match=r"^s\[B\]\.compute_at\(s\[D\], j\): stage B cannot be computed at "
+                             r"loop j of D: its reader C is computed at the root, outside that "
+                             r"loop; attach C inside it too \(s\[C\]\.compute_at\(s\[D\], j\)\) or "
+                             r"choose a legal location\.\nLegal locations for B are:\n"
                              r"  s\[B\]\.compute_root\(\)\n  s\[B\]\.compute_inline\(\)\n"
                              r"  s\[B\]\.compute_at\(s\[C\], i\)\n"
                              r"  s\[B\]\.compute_at\(s\[C\], j\)$"):
-        s[B].compute_at(s[D], D.op.axis[1])
+        te.lower(s, [A, D])
     # the listed locations follow the reader's current loops
     s[C].split(C.op.axis[1], factor=4)
     with pytest.raises(te.AttachError, match=r"compute_at\(s\[C\], j\.outer\)\n"
                                              r"  s\[B\]\.compute_at\(s\[C\], j\.inner\)"):
-        s[B].compute_at(s[D], D.op.axis[0])
+        te.lower(s, [A, D])
+    # a target that does not read the stage at all (not even through others) is refused at once
+    with pytest.raises(te.AttachError, match=r"^compute_at\(s\[B\], i\): stage C cannot be "
+                                             r"computed at loop i of B: B does not read C\."):
+        s[C].compute_at(s[B], B.op.axis[0])
 
 
 def test_compute_inline_of_reduction_is_refused():

@@ -55,30 +55,134 @@ def _pw_to_expr(pa, program, n_o, o_vars):
     return AstConverter(program).expr(build.expr_from_pw_aff(pa))
 
 
+def enclosing_loops(stage):
+    """``(stage, loop)`` pairs whose body holds every iteration of ``stage``: its own loops and,
+    where it is attached, the loops of its target down to the attach point (recursively)."""
+    out = [(stage, iv) for iv in stage.leaf_iter_vars]
+    seen = {id(stage)}
+    st = stage
+    while st.attach_type == "scope" and id(st.attach_stage) not in seen:
+        p, iv = st.attach_stage, st.attach_ivar
+        if iv not in p.leaf_iter_vars:
+            break
+        seen.add(id(p))
+        out = [(p, v) for v in p.leaf_iter_vars[:p.leaf_iter_vars.index(iv) + 1]] + out
+        st = p
+    return out
+
+
+def reads_transitively(schedule, consumer, producer):
+    """Whether ``consumer`` reads ``producer``'s output, directly or through other stages."""
+    todo, seen = [consumer], set()
+    while todo:
+        st = todo.pop()
+        for t in st.op.input_tensors():
+            x = schedule.stage_map.get(schedule.storage_tensor(t).op) or \
+                schedule.stage_map.get(t.op)
+            if x is None or id(x) in seen:
+                continue
+            if x is producer:
+                return True
+            seen.add(id(x))
+            todo.append(x)
+    return False
+
+
+def runs_inside(stage, parent, iv):
+    """Whether every iteration of ``stage`` runs inside loop ``iv`` of ``parent`` (as the
+    stages are attached now)."""
+    return any(p is parent and v is iv for p, v in enclosing_loops(stage))
+
+
+def where_computed(stage):
+    """Where ``stage`` is computed, in words."""
+    if stage.attach_type == "scope":
+        return f"inside loop {stage.attach_ivar.name} of {stage.attach_stage.name}"
+    if stage.attach_type == "inline":
+        return "inline"
+    return "at the root"
+
+
+def replaced_read(schedule, reader, parent, pstage):
+    """When ``reader`` is a stage that ``cache_read`` put between ``pstage`` and ``parent``,
+    the sentence saying so (the call that moved ``parent``'s read of ``pstage``), else ''."""
+    if getattr(reader.op, "tag", "") != "cache_read":
+        return ""
+    if not any(schedule.stage_map.get(t.op) is reader for t in parent.op.input_tensors()):
+        return ""
+    pn = pstage.op.outputs[0].name
+    return (f"cache_read({pn}, {reader.scope!r}, [{parent.name}, ...]) replaced "
+            f"{parent.name}'s read of {pn} by {reader.name}")
+
+
+def reader_outside_message(schedule, pstage, parent, iv, reader, what):
+    """The refusal of ``what`` (``pstage`` at ``iv`` of ``parent``) because ``reader`` reads
+    ``pstage`` outside that loop; names the fix and the legal locations."""
+    pn = pstage.op.outputs[0].name
+    stale = replaced_read(schedule, reader, parent, pstage)
+    if stale:
+        why = (f"{stale} (a later call), and {reader.name} is computed "
+               f"{where_computed(reader)}; attach {reader.name} inside that loop too "
+               f"(s[{reader.name}].compute_at(s[{parent.name}], {iv.name})) or attach {pn} "
+               f"to {reader.name}")
+    else:
+        why = (f"its reader {reader.name} is computed {where_computed(reader)}, outside that "
+               f"loop; attach {reader.name} inside it too "
+               f"(s[{reader.name}].compute_at(s[{parent.name}], {iv.name})) or choose a legal "
+               "location")
+    legal = schedule._legal_attach_points(pstage)
+    shown = legal[:8] + ([f"... and {len(legal) - 8} more"] if len(legal) > 8 else [])
+    return (f"{what}: stage {pstage.name} cannot be computed at loop {iv.name} of "
+            f"{parent.name}: {why}.\nLegal locations for {pstage.name} are:\n" +
+            "\n".join("  " + x for x in shown))
+
+
+def _empty_fill(pa, value, odom):
+    """``pa`` extended by ``value`` on the iterations ``odom`` where it is undefined (nothing is
+    read there); defined everywhere when it would be defined nowhere."""
+    dom = pa.domain()
+    rest = odom.subtract(dom) if odom is not None else dom.complement()
+    if dom.union(rest).is_empty():
+        rest = isl.Set.universe(dom.get_space())
+    if rest.is_empty():
+        return pa
+    fill = isl.PwAff.val_on_domain(rest, isl.Val.int_from_si(pa.get_ctx(), value))
+    return pa.union_add(fill).coalesce()
+
+
 def attach_stage(program, pstage, statements, make_statements, counter):
-    """Create the statements of ``pstage`` attached at ``pstage.attach_ivar`` of its target."""
+    """Create the statements of ``pstage`` attached at ``pstage.attach_ivar`` of its target.
+
+    Every statement reading ``pstage`` (of the target or of any other stage, e.g. one attached
+    inside the same loop) must run inside that loop; the region computed is the union of what
+    all of them read there."""
     cstage, iv = pstage.attach_stage, pstage.attach_ivar
+    what = f"s[{pstage.op.outputs[0].name}].compute_at(s[{cstage.name}], {iv.name})"
     tnames = TensorNames()
     from .scan import state_resolver
     resolve = state_resolver(program.schedule)
     outs = [resolve(t) for t in pstage.op.outputs]
     out_keys = {(id(t.op), t.value_index) for t in outs}
-    consumers = [s for s in statements if s.stage is cstage]
     readers = []
-    for s in consumers:
+    for s in statements:
+        if s.stage is pstage:
+            continue
         acc = [a for a in statement_accesses(s, program, resolve) if a.kind == "read" and
                (id(a.tensor.op), a.tensor.value_index) in out_keys]
         if acc:
             readers.append((s, acc))
     if not readers:
-        raise AttachError(f"compute_at: stage {cstage.name} does not read {pstage.name}")
+        raise AttachError(f"{what}: nothing reads {pstage.name} any more; compute it at the "
+                          "root (s[{0}].compute_root())".format(pstage.op.outputs[0].name))
     pos = None
     for s, _ in readers:
         p = _prefix_pos(s, iv)
         if p is None:
-            raise AttachError(
-                f"{pstage.name}.compute_at(s[{cstage.name}], {iv.name}): the {s.kind} statement "
-                f"of {cstage.name} reads {pstage.name} outside loop {iv.name}")
+            raise AttachError(reader_outside_message(program.schedule, pstage, cstage, iv,
+                                                     s.stage, what))
+        if pos is not None and p != pos:
+            raise AttachError(f"{what}: the readers of {pstage.name} place loop {iv.name} at "
+                              "different depths")
         pos = p
     ref = readers[0][0]
     if any(not isinstance(e, int) and len(e) > 2 for e in ref.sched[:pos + 1]):
@@ -91,6 +195,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     o_names = [names.name(v) for v in o_vars]
     # region R: [o] -> T[x]
     region = None
+    odom = None          # the iterations [o] of the loops above the attach point
     reader_o = {}
     for s, accs in readers:
         loops = [e[1] for e in s.sched[:pos + 1] if not isinstance(e, int)]
@@ -102,12 +207,13 @@ def attach_stage(program, pstage, statements, make_statements, counter):
             _pw_to_expr(isl.PwAff(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
                                   f"[({t})] }}"), program, len(s.iters), s.iters)
             for t in loops]
+        odom = pm.range() if odom is None else odom.union(pm.range())
         for a in accs:
             if not a.exact:
                 raise AttachError(
-                    f"{pstage.name}.compute_at(s[{cstage.name}], {iv.name}): {cstage.name} reads "
-                    f"{pstage.name} with a non-affine index, so the region to compute at each "
-                    "iteration cannot be derived; use compute_root")
+                    f"{what}: {s.stage.name} reads {pstage.name} with a non-affine index, so "
+                    "the region to compute at each iteration cannot be derived; use "
+                    f"s[{pstage.op.outputs[0].name}].compute_root()")
             from .access import access_map
             rd = access_map(a, program, tnames)
             r = pm.reverse().apply_range(rd)
@@ -129,6 +235,8 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     full_region = region
     for k in reversed(threads):
         region = region.project_out(isl.dim_type.in_, k, 1)
+        odom = odom.project_out(isl.dim_type.set, k, 1)
+    odom = odom.coalesce()
     keep = [k for k in range(len(o_ivs)) if k not in threads]
     fp = Footprint(pstage, iv, [o_ivs[k] for k in keep], [o_vars[k] for k in keep])
     fp.full_o_ivs = list(o_ivs)
@@ -140,10 +248,12 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     for d in range(r):
         rd = region.project_out(isl.dim_type.out, d + 1, r - d - 1) \
             .project_out(isl.dim_type.out, 0, d)
-        lo = rd.lexmin_pw_multi_aff().get_pw_aff(0)
-        hi = rd.lexmax_pw_multi_aff().get_pw_aff(0)
+        # where nothing is read (an empty region, e.g. a read under a condition never true)
+        # the buffer is never touched: offset 0, one element
+        lo = _empty_fill(rd.lexmin_pw_multi_aff().get_pw_aff(0), 0, odom)
+        hi = _empty_fill(rd.lexmax_pw_multi_aff().get_pw_aff(0), 0, odom)
         ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
-        emax = isl.Map.from_pw_aff(ext).range().dim_max(0)
+        emax = _empty_fill(isl.Map.from_pw_aff(ext).range().dim_max(0), 1, None)
         fp.lo.append(_pw_to_expr(lo, program, n_o, fp.o_vars))
         fp.extent.append(_pw_to_expr(emax, program, 0, []))
     # the producer's statements, with o as outer dimensions

@@ -66,43 +66,69 @@ def _readers(schedule, stage):
 
 
 def legal_attach_points(schedule, stage):
-    """Python lines for every legal place to compute ``stage``."""
+    """Python lines for every legal place to compute ``stage``: the root, inline, and every
+    loop inside which all of its readers run (as the stages are attached now)."""
+    from .attach import enclosing_loops
     name = stage.op.outputs[0].name
     out = [f"s[{name}].compute_root()"]
     if isinstance(stage.op, ComputeOp) and not stage.op.is_reduction and not stage.is_output:
         out.append(f"s[{name}].compute_inline()")
     readers = _readers(schedule, stage)
-    if len(readers) == 1 and not stage.is_output:
-        c = readers[0]
-        cn = c.op.outputs[0].name
-        out += [f"s[{name}].compute_at(s[{cn}], {iv.name})" for iv in c.leaf_iter_vars]
+    if not readers or stage.is_output:
+        return out
+    common = None
+    for r in readers:
+        enc = enclosing_loops(r)
+        ids = {(id(p), id(v)) for p, v in enc}
+        common = enc if common is None else [x for x in common if (id(x[0]), id(x[1])) in ids]
+    for c, iv in common:
+        inside = any(p is stage for p, _ in enclosing_loops(c))
+        if not inside and c.attach_type != "inline":
+            out.append(f"s[{name}].compute_at(s[{c.op.outputs[0].name}], {iv.name})")
     return out
 
 
 def check_attach(schedule, stage, parent, iv, what):
-    """Refuse attach points that cannot hold the stage, listing the legal ones."""
-    legal = "\n".join("  " + x for x in legal_attach_points(schedule, stage))
+    """Refuse attach points that cannot hold the stage, listing the legal ones.
+
+    Every reader of the stage must run inside the loop.  A reader that does not yet (one at
+    the root that the target reads) may still be attached there later, in any call order, so
+    that case is checked at ``lower``; refused here is what no later call can make legal."""
+    from .attach import reads_transitively, replaced_read, runs_inside
     readers = _readers(schedule, stage)
     why = None
+    p = parent
+    while p is not None and p.attach_type == "scope":
+        if p.attach_stage is stage:
+            why = f"{parent.name} is itself computed inside {stage.name} (a cycle)"
+            break
+        p = p.attach_stage
     if stage.is_output:
         why = f"{stage.name} is an output of the schedule; outputs are computed at the root"
-    elif parent not in readers:
+    elif why is None and not reads_transitively(schedule, parent, stage):
         why = f"{parent.name} does not read {stage.name}"
-    elif len(readers) > 1:
-        why = (f"{stage.name} is read by {', '.join(r.name for r in readers)}; compute_at "
-               "needs a single reader (use cache_read to give each reader its own copy)")
-    else:
-        p = parent
-        while p is not None and p.attach_type == "scope":
-            if p.attach_stage is stage:
-                why = f"{parent.name} is itself computed inside {stage.name} (a cycle)"
+        for r in readers:
+            stale = replaced_read(schedule, r, parent, stage)
+            if stale:
+                why += f" any more: {stale}; attach {stage.name} to {r.name} instead"
                 break
-            p = p.attach_stage
+    elif why is None:
+        for r in readers:
+            if r is parent or runs_inside(r, parent, iv):
+                continue
+            if r.is_output or not reads_transitively(schedule, parent, r):
+                how = "it is an output" if r.is_output else f"{parent.name} does not read it"
+                why = (f"{r.name} also reads {stage.name} and can never run inside loop "
+                       f"{iv.name} of {parent.name} ({how}); use cache_read to give each "
+                       "reader its own copy")
+                break
     if why is not None:
         from ..errors import AttachError
+        legal = legal_attach_points(schedule, stage)
+        shown = legal[:8] + ([f"... and {len(legal) - 8} more"] if len(legal) > 8 else [])
         raise AttachError(f"{what}: stage {stage.name} cannot be computed at loop {iv.name} of "
-                          f"{parent.name}: {why}.\nLegal locations for {stage.name} are:\n"
-                          f"{legal}")
+                          f"{parent.name}: {why}.\nLegal locations for {stage.name} are:\n" +
+                          "\n".join("  " + x for x in shown))
 
 
 _WHAT = {"parallel": "parallel", "vectorize": "vectorize", "thread": "bind"}
