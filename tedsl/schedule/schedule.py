@@ -30,6 +30,10 @@ def _const_int(e):
     return None
 
 
+_ANN_CALL = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll",
+             "thread": "bind"}
+
+
 class Stage:
     """The schedule of one operation: its loops, their order and their annotations."""
 
@@ -57,6 +61,7 @@ class Stage:
         self.align_factors = {}      # dimension -> (factor, offset) from storage_align
         self.is_output = False
         self.origin_op = op
+        self.replaced_by = {}        # loop -> the call that split or fused it (for messages)
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -79,9 +84,12 @@ class Stage:
         if iv in self.leaf_iter_vars:
             return
         if iv in self.all_iter_vars:
+            by = self.replaced_by.get(iv)
+            how = f" (by {by})" if by else ""
             raise InvalidAxisError(
-                f"{what} on stage {self.name}: loop {iv.name} was already split or fused; use "
-                f"one of its current loops: {', '.join(v.name for v in self.leaf_iter_vars)}")
+                f"{what} on stage {self.name}: loop {iv.name} was already split or fused"
+                f"{how}; use one of its current loops: "
+                f"{', '.join(v.name for v in self.leaf_iter_vars)}")
         owner = self._owner_of(iv)
         where = f" (it belongs to stage {owner.name})" if owner else ""
         raise InvalidAxisError(
@@ -123,6 +131,12 @@ class Stage:
         if (factor is None) == (nparts is None):
             raise ScheduleError(f"{what} on stage {self.name}: give exactly one of factor= or "
                                 "nparts=")
+        attr = self.attrs.get(parent)
+        if attr is not None and attr.kind == "thread":
+            raise ScheduleError(
+                f"{what} on stage {self.name}: loop {parent.name} is bound to "
+                f"{attr.thread_tag}; split it first, then bind the parts "
+                f"(e.g. s[{self.name}].bind(outer, te.thread_axis(\"blockIdx.x\")))")
         val = factor if factor is not None else nparts
         key = "factor" if factor is not None else "nparts"
         v = _const_int(val) if isinstance(val, E.Expr) else val
@@ -151,7 +165,23 @@ class Stage:
         self.relations.append(Split(parent, outer, inner, factor_v, None))
         self.all_iter_vars += [outer, inner]
         self._replace_leaf(parent, [outer, inner])
+        self.replaced_by[parent] = f"s[{self.name}].{what}"
+        self._carry_split_attr(parent, outer, inner)
         return outer, inner
+
+    def _carry_split_attr(self, parent, outer, inner):
+        """The annotation of a split loop goes to the part that keeps its meaning: a parallel
+        loop's outer part stays parallel (the inner part runs serially inside each thread), a
+        vectorized loop's inner part stays vectorized, an unrolled loop unrolls both parts."""
+        attr = self.attrs.pop(parent, None)
+        if attr is None:
+            return
+        if attr.kind == "parallel":
+            self.attrs[outer] = attr
+        elif attr.kind == "vectorize":
+            self.attrs[inner] = attr
+        else:     # unroll (and its pragma): the whole loop was unrolled, so are both parts
+            self.attrs[outer] = self.attrs[inner] = attr
 
     def tile(self, x_parent, y_parent, x_factor, y_factor):
         """Split two loops and order them ``(x.outer, y.outer, x.inner, y.inner)``."""
@@ -182,6 +212,7 @@ class Stage:
         if len(kinds) > 1:
             raise ScheduleError(f"{what} on stage {self.name}: cannot fuse a reduction loop with "
                                 "a data-parallel loop")
+        attr = self._fused_attr(args, what)
         fused = args[0]
         axis_vars = {iv.var for iv in self.root_iter_vars}
         for a in args[1:]:
@@ -203,7 +234,35 @@ class Stage:
             i = self.leaf_iter_vars.index(fused)
             self.leaf_iter_vars[i:i + 2] = [nv]
             fused = nv
+        for a in args:
+            self.attrs.pop(a, None)
+            self.replaced_by[a] = f"s[{self.name}].{what}"
+        if attr is not None:
+            self.attrs[fused] = attr
         return fused
+
+    def _fused_attr(self, args, what):
+        """The annotation of a fused loop: the loops' common one (``parallel`` fused with
+        ``parallel`` stays parallel, ...).  Loops annotated differently, or bound to threads,
+        are refused: one of the annotations would be lost."""
+        attrs = [self.attrs.get(a) for a in args]
+        if all(x is None for x in attrs):
+            return None
+        names = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled",
+                 "thread": "bound to a thread axis", "serial": "annotated with a pragma"}
+        for a, x in zip(args, attrs):
+            if x is not None and x.kind == "thread":
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: loop {a.name} is bound to {x.thread_tag}; "
+                    "fuse the loops first, then bind the fused loop")
+        if any(x != attrs[0] for x in attrs):
+            a, x = next((a, x) for a, x in zip(args, attrs) if x is not None)
+            plain = next(b for b, y in zip(args, attrs) if y != x)
+            raise ScheduleError(
+                f"{what} on stage {self.name}: loop {a.name} is {names[x.kind]} but loop "
+                f"{plain.name} is not; the fused loop cannot be both. Fuse the loops first, "
+                f"then annotate the fused loop (or split it and annotate a part)")
+        return attrs[0]
 
     def reorder(self, *args):
         """New loop order for the named loops; loops not named keep their place."""
@@ -279,15 +338,25 @@ class Stage:
             raise ScheduleError(f"{what} on stage {self.name}: expected te.thread_axis(...)")
         self._annotate_checked(iv, "thread", what, tag)
 
+    PRAGMAS = ("unroll_explicit",)
+
     def pragma(self, iv, name, value=None):
-        """Attach a hint to a loop (``"unroll_explicit"``, ``"parallel_grain"`` ...)."""
+        """Attach a hint to a loop.  Supported: ``"unroll_explicit"`` (unroll the loop fully,
+        as ``unroll``).  Any other name is refused: a hint that has no effect is not kept."""
         what = f"pragma({getattr(iv, 'name', iv)}, {name!r})"
         self._check_compute(what)
         self._check_leaf(iv, what)
+        if name not in self.PRAGMAS:
+            raise ScheduleError(
+                f"{what} on stage {self.name}: unknown pragma {name!r}; the supported pragmas "
+                f"are {', '.join(repr(p) for p in self.PRAGMAS)} (use parallel / vectorize / "
+                "unroll for the loop kinds)")
+        if value not in (None, True, 1):
+            raise ScheduleError(f"{what} on stage {self.name}: pragma {name!r} takes no value "
+                                f"(or True), got {value!r}")
+        self.unroll(iv)
         old = self.attrs.get(iv, IterAttr())
         self.attrs[iv] = IterAttr(old.kind, old.thread_tag, old.pragmas + ((name, value),))
-        if name == "unroll_explicit":
-            self.unroll(iv)
 
     # -- attachment -----------------------------------------------------------------------
     def compute_inline(self):
@@ -302,6 +371,13 @@ class Stage:
         if len(self.op.outputs) > 1:
             raise AttachError(f"compute_inline() on stage {self.name}: multi-output computes "
                               "cannot be inlined")
+        lost = [f"{_ANN_CALL.get(a.kind, 'pragma')}({iv.name})" for iv, a in self.attrs.items()]
+        lost += ["storage_align"] if self.align_factors else []
+        if lost:
+            raise AttachError(
+                f"compute_inline() on stage {self.name}: an inlined stage has no loops and no "
+                f"buffer, so {', '.join(lost)} would be lost; inline it before scheduling its "
+                "loops, or keep it as a stage (compute_at / compute_root)")
         self.attach_type = "inline"
         self.attach_stage = self.attach_ivar = None
 
