@@ -290,7 +290,7 @@ def test_cache_write_local_register_tile(mm_data):
     text = str(te.lower(s, [A, B, C]))
     assert alloc_of(text, "C.local") == ("4, 16", "local", 64), text
     nest = loop_kinds(text, "C.local[i.c, j.c] = C.local[i.c, j.c] +")
-    assert nest[:2] == [("i.outer", "range"), ("j.outer", "range")], nest
+    assert nest[0] == ("i.outer", "range"), nest    # j.outer: one full tile, then the tail
     assert ("k.inner", "unrolled") in nest and nest[-1] == ("j.c", "vectorized"), nest
     # the copy-out runs on C's own loops (Conventions 5)
     assert loop_kinds(text, "= C.local[i.inner, j.inner]")[-2:] == [("i.inner", "range"),
@@ -494,13 +494,16 @@ def test_nested_attach_inside_a_parallel_loop(rng):
                  rtol=1e-5)
 
 
-def test_rfactor_after_scheduling_data_loops_is_refused():
+def test_rfactor_after_scheduling_data_loops_carries_them_over(rng):
+    # the data-loop schedule moves to the factored stage, which now does the work
     A = te.placeholder((8, 32), name="A")
     k = te.reduce_axis((0, 32), name="k")
     S = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="S")
     s = te.create_schedule(S)
-    s[S].split(S.op.axis[0], factor=2)
+    io, ii = s[S].split(S.op.axis[0], factor=3)
     _, ki = s[S].split(k, factor=4)
-    with pytest.raises(te.ScheduleError, match=r"call rfactor before scheduling the "
-                                                r"data-parallel loops of S"):
-        s.rfactor(S, ki)
+    BF = s.rfactor(S, ki)
+    assert [v.name for v in s[BF].leaf_iter_vars] == ["k.inner", "i.outer", "i.inner",
+                                                      "k.outer"]
+    a = rand(rng, (8, 32))
+    check_kernel(s, [A, S], [a], a.astype(np.float64).sum(1), rtol=1e-5)
