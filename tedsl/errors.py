@@ -14,7 +14,16 @@ class ScheduleError(TedslError, ValueError):
 
 
 class DependenceError(ScheduleError):
-    """A schedule that would violate a data dependence."""
+    """A schedule that would violate a data dependence.
+
+    ``.dependences`` lists the offending dependences (``str`` of each is one readable line)
+    and ``.relations`` their isl relations, which the message itself does not print."""
+
+    def __init__(self, message, dependences=(), relations=()):
+        super().__init__(message)
+        self.dependences = list(dependences)
+        self.relations = list(relations) or [getattr(d, "relation", None)
+                                             for d in self.dependences]
 
 
 class InvalidAxisError(ScheduleError):

@@ -227,7 +227,7 @@ def test_vectorize_symbolic_extent():
 def test_reduction_loop_cannot_run_in_parallel(prim):
     A, B, C = matmul()
     s = te.create_schedule(C)
-    with pytest.raises(te.ScheduleError, match=rf"{prim}\(k\) on stage C: loop k carries a "
+    with pytest.raises(te.ScheduleError, match=rf"s\[C\]\.{prim}\(k\): loop k carries a "
                                                r"dependence(.|\n)*RAW(.|\n)*rfactor"):
         getattr(s[C], prim)(C.op.reduce_axis[0])
 

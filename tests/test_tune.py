@@ -117,7 +117,7 @@ def test_schedule_error_is_an_invalid_config():
     m = tune.Measurer(matmul, (16,), ref=matmul_ref, number=1, repeat=1)
     res = m(dict(m.space.get(0), parallel_k=True))
     assert not res.valid and res.seconds is None
-    assert res.error.startswith("DependenceError: parallel(k.inner) on stage C")
+    assert res.error.startswith("DependenceError: s[C].parallel(k.inner): loop k.inner")
 
 
 def test_measurer_rejects_cuda_target():

@@ -104,17 +104,22 @@ def statement_accesses(stmt, program, resolve=None):
     return out
 
 
-def access_map(acc, program, tnames):
-    """The isl map ``stmt[iters] -> tensor[indices]`` of one access."""
+def access_map(acc, program, tnames, instance=()):
+    """The isl map ``stmt[iters] -> tensor[indices]`` of one access.
+
+    ``instance`` (isl texts over the statement's iterators) is prepended to the indices: the
+    values of the loops a private buffer is allocated in, so that every allocation is a
+    separate array (array expansion; see ``private_loops``)."""
     names = program.names
     s = acc.stmt
     dims = set(s.iters)
     tn = tnames.name(acc.tensor)
     cons = list(acc.conds)
+    pre = "".join(f"{t}, " for t in instance)
     if acc.exact:
-        idx = ", ".join(aff(i, names, dims) for i in acc.indices)
+        idx = pre + ", ".join(aff(i, names, dims) for i in acc.indices)
     else:
-        idx = ", ".join(f"o{d}" for d in range(len(acc.tensor.shape)))
+        idx = pre + ", ".join(f"o{d}" for d in range(len(acc.tensor.shape)))
         for d, sh in enumerate(acc.tensor.shape):
             try:
                 cons.append(f"0 <= o{d} < {aff(sh, names, set())}")
@@ -123,3 +128,33 @@ def access_map(acc, program, tnames):
     text = (f"{program.params_text()} -> {{ {s.tuple_text(names)} -> {tn}[{idx}] : "
             f"{' and '.join(cons) or '1 = 1'} }}")
     return isl.Map(text).intersect_domain(s.domain_set(program))
+
+
+def private_loops(program, resolve=None):
+    """The loops each attached buffer is allocated in: ``{tensor key: [IterVar, ...]}``.
+
+    A buffer that ``compute_at`` places inside loop L (``Footprint.alloc_iv``; just outside
+    the thread loops for ``shared`` scope, at the root when every loop above is a thread loop)
+    is a fresh array in every iteration of L and of the loops around it, exactly where
+    ``tir.build`` allocates it.  The key is ``(id(op), value_index)`` of the stored tensor."""
+    resolve = resolve or (lambda x: x)
+    out = {}
+    for fp in getattr(program, "footprints", {}).values():
+        stop = fp.alloc_iv if fp.alloc_iv is not None else fp.iv
+        if isinstance(stop, str) or stop not in fp.full_o_ivs:
+            continue
+        chain = list(fp.full_o_ivs[:fp.full_o_ivs.index(stop) + 1])
+        for t in fp.stage.op.outputs:
+            t = resolve(t)
+            out[(id(t.op), t.value_index)] = chain
+    return out
+
+
+def instance_of(stmt, chain):
+    """isl texts of ``stmt``'s values of the loops ``chain`` (its outermost loops, in order),
+    or None when ``stmt`` does not run inside all of them."""
+    entries = [e for e in stmt.sched if not isinstance(e, int)]
+    ivs = [e[0] for e in entries]
+    if ivs[:len(chain)] != chain:
+        return None
+    return [e[1] for e in entries[:len(chain)]]

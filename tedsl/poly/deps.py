@@ -8,55 +8,172 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..errors import InvalidAxisError
-from .access import TensorNames, access_map, statement_accesses
+from .access import (TensorNames, access_map, instance_of, private_loops,
+                     statement_accesses)
 from .program import build_program
 
 
 @dataclass(eq=False)
 class Dependence:
     """One dependence: ``kind`` (RAW/WAR/WAW), the tensor, source and sink statements, and the
-    isl relation between their instances."""
+    isl relation between their instances (``relation``, over isl's statement names)."""
     kind: str
     tensor: str
     source: object
     sink: object
     relation: object
+    analysis: object = None      # the Analysis it comes from (schedules, accesses, names)
+    isl_tensor: str = None       # the tensor's isl tuple name
 
     @property
     def is_reduction(self):
         """A reduction update depending on itself (reorderable by associativity)."""
         return self.source is self.sink and self.source.kind == "update"
 
-    def distance(self):
-        """The distance vector as text when source and sink are the same statement."""
-        if self.source is not self.sink:
+    # -- in the user's names ----------------------------------------------------------------
+    def shared_loops(self):
+        """``[(position, IterVar)]``: the loops that enclose both source and sink."""
+        out = []
+        for p, (a, b) in enumerate(zip(self.source.sched, self.sink.sched)):
+            if isinstance(a, int) or isinstance(b, int):
+                if a != b:
+                    break
+                continue
+            if a[0] is not b[0]:
+                break
+            out.append((p, a[0]))
+        return out
+
+    def _times(self, rel=None):
+        an = self.analysis
+        w = an.program.sched_width()
+        rel = self.relation if rel is None else rel
+        return rel.apply_domain(an._sched_of(self.source, w)) \
+            .apply_range(an._sched_of(self.sink, w))
+
+    def loop_distance(self, rel=None):
+        """``[(IterVar, text)]``: the distance along every shared loop where it is not zero
+        (``"+1"``, ``"+1..+3"``, ``">= +1"``)."""
+        if self.analysis is None:
+            return []
+        try:
+            delta = self._times(rel).deltas()
+            delta = delta.project_out(isl.dim_type.param, 0, delta.dim(isl.dim_type.param))
+            n = delta.dim(isl.dim_type.set)
+            out = []
+            for p, iv in self.shared_loops():
+                d = delta.project_out(isl.dim_type.set, p + 1, n - p - 1) \
+                    .project_out(isl.dim_type.set, 0, p)
+                lo, hi = d.dim_min_val(0), d.dim_max_val(0)
+                if lo.is_zero() and hi.is_zero():
+                    continue
+                out.append((iv, _range_text(lo, hi)))
+            return out
+        except isl.Error:
+            return []
+
+    def witness(self, rel=None, loop=None):
+        """One pair of instances of the dependence as a sentence in loop names, e.g.
+        ``"y.outer = 0 and 1 both write P[8, 0]"``; ``loop`` is the loop to show (default the
+        outermost shared loop whose value differs)."""
+        if self.analysis is None:
             return None
         try:
-            d = self.relation.deltas()
-            if d.is_singleton():
-                p = d.sample_point()
-                n = d.dim(isl.dim_type.set)
-                return "(" + ", ".join(
-                    str(p.get_coordinate_val(isl.dim_type.set, i).to_python())
-                    for i in range(n)) + ")"
-            return str(d)
-        except isl.Error:
+            return self._witness(self.relation if rel is None else rel, loop)
+        except (isl.Error, IndexError, KeyError, ValueError):
             return None
 
+    def _witness(self, rel, loop):
+        an = self.analysis
+        names = an.program.names
+        pairs = rel.wrap()
+        try:            # the first pair in lexicographic order reads best (zeros, small values)
+            pt = pairs.lexmin().sample_point()
+        except isl.Error:
+            pt = pairs.sample_point()
+        if pt.is_void():
+            return None
+        pair = isl.Set.from_point(pt).unwrap()
+        src, snk = pair.domain(), pair.range()
+        w = an.program.sched_width()
+        ts = _coords(src.apply(an._sched_of(self.source, w)))
+        tk = _coords(snk.apply(an._sched_of(self.sink, w)))
+        shared = self.shared_loops()
+        pick = [(p, iv) for p, iv in shared if iv is loop] or \
+            [(p, iv) for p, iv in shared if ts[p] != tk[p]][:1]
+        sk, kk = _ACT[self.kind]
+        elems = an.elements(self.source, sk, self.isl_tensor, src).intersect(
+            an.elements(self.sink, kk, self.isl_tensor, snk))
+        ep = elems.sample_point()
+        el = f"{self.tensor}[{', '.join(str(x) for x in _coords(ep))}]" if not ep.is_void() \
+            else self.tensor
+        params = _param_text(pt, names)
+        if pick:
+            p, iv = pick[0]
+            a, b = ts[p], tk[p]
+            if self.source is self.sink and sk == kk:
+                text = f"{iv.name} = {a} and {b} both {_VERB[sk]} {el}"
+            elif self.source is self.sink:
+                text = f"{iv.name} = {a} {_VERB[sk]}s {el} and {iv.name} = {b} {_VERB[kk]}s it"
+            else:
+                text = (f"{stmt_label(self.source)} {_VERB[sk]}s {el} at {iv.name} = {a} and "
+                        f"{stmt_label(self.sink)} {_VERB[kk]}s it at {iv.name} = {b}")
+        else:
+            text = f"{stmt_label(self.source)} {_VERB[sk]}s {el}, then {stmt_label(self.sink)} " \
+                f"{_VERB[kk]}s it"
+        return text + (f" (with {params})" if params else "")
+
     def describe(self):
-        src = self.source.stage.name + ("" if self.source.kind == "compute"
-                                        else f" ({self.source.kind})")
-        dst = self.sink.stage.name + ("" if self.sink.kind == "compute"
-                                      else f" ({self.sink.kind})")
-        dist = self.distance()
-        rel = str(self.relation.coalesce()).strip()
-        d = f", distance {dist}" if dist and dist.startswith("(") else ""
-        return f"{self.kind} on {self.tensor}: {src} -> {dst}{d}: {rel}"
+        """One line: kind, tensor, the two stages, the distance in loop names and a witness."""
+        d = self.loop_distance()
+        dist = (", distance " + ", ".join(f"{iv.name} {t}" for iv, t in d)) if d else ""
+        wit = self.witness()
+        wit = f"; e.g. {wit}" if wit else ""
+        return (f"{self.kind} on {self.tensor}: {stmt_label(self.source)} -> {stmt_label(self.sink)}"
+                f"{dist}{wit}")
 
     __str__ = describe
 
     def __repr__(self):
         return f"Dependence({self.describe()})"
+
+
+_ACT = {"RAW": ("write", "read"), "WAR": ("read", "write"), "WAW": ("write", "write")}
+_VERB = {"write": "write", "read": "read"}
+
+
+def stmt_label(stmt):
+    """A statement in the user's words: the stage name, and the part of a reduction / scan."""
+    return stmt.stage.name + ("" if stmt.kind in ("compute", "copy") else f" ({stmt.kind})")
+
+
+def _coords(s):
+    """Integer coordinates of the single point of set ``s`` (or of one point of it)."""
+    p = s if isinstance(s, isl.Point) else s.sample_point()
+    n = p.get_space().dim(isl.dim_type.set)
+    return [p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(n)]
+
+
+def _param_text(pt, names):
+    sp = pt.get_space()
+    out = []
+    for i in range(sp.dim(isl.dim_type.param)):
+        n = sp.get_dim_name(isl.dim_type.param, i)
+        v = names.var(n)
+        out.append(f"{v.name if v is not None else n} = "
+                   f"{pt.get_coordinate_val(isl.dim_type.param, i).to_python()}")
+    return ", ".join(out)
+
+
+def _range_text(lo, hi):
+    def sgn(v):
+        x = v.to_python()
+        return f"+{x}" if x > 0 else str(x)
+    if lo.is_infty() or lo.is_neginfty() or lo.is_nan():
+        return "any" if hi.is_infty() or hi.is_nan() else f"<= {sgn(hi)}"
+    if hi.is_infty() or hi.is_nan():
+        return f">= {sgn(lo)}"
+    return sgn(lo) if lo.eq(hi) else f"{sgn(lo)}..{sgn(hi)}"
 
 
 class Analysis:
@@ -72,13 +189,37 @@ class Analysis:
             self.accesses += statement_accesses(s, program, resolve)
         self.sched = program.schedule_map()
         self._deps = None
+        self._scheds = {}
+        self.instances = self._instances(private_loops(program, resolve))
+
+    def _instances(self, private):
+        """``{tensor key: {statement name: loop value texts}}`` for every private buffer whose
+        accesses all run inside its allocation loops (otherwise it is kept as one array)."""
+        out = {}
+        for key, chain in private.items():
+            per = {}
+            for a in self.accesses:
+                if (id(a.tensor.op), a.tensor.value_index) != key:
+                    continue
+                inst = instance_of(a.stmt, chain)
+                if inst is None:
+                    per = None
+                    break
+                per[a.stmt.name] = inst
+            if per:
+                out[key] = per
+        return out
 
     def _umap(self, kind, tensor_name):
+        """The union of one tensor's reads or writes; a buffer allocated inside loops is
+        indexed by those loops' values too, so that two allocations never alias."""
         um = None
         for a in self.accesses:
             if a.kind != kind or self.tnames.name(a.tensor) != tensor_name:
                 continue
-            m = isl.UnionMap.from_map(access_map(a, self.program, self.tnames))
+            per = self.instances.get((id(a.tensor.op), a.tensor.value_index))
+            inst = per[a.stmt.name] if per else ()
+            m = isl.UnionMap.from_map(access_map(a, self.program, self.tnames, inst))
             um = m if um is None else um.union(m)
         return um
 
@@ -112,9 +253,20 @@ class Analysis:
                         continue
                     src = self.program.by_name[m.get_tuple_name(isl.dim_type.in_)]
                     dst = self.program.by_name[m.get_tuple_name(isl.dim_type.out)]
-                    out.append(Dependence(kind, tname, src, dst, m))
+                    out.append(Dependence(kind, tname, src, dst, m, self, tn))
         self._deps = out
         return out
+
+    def elements(self, stmt, kind, tensor_name, instances):
+        """The elements of tensor ``tensor_name`` (isl name) that the ``kind`` accesses of
+        ``stmt`` touch at ``instances`` (a set of its instances), in the tensor's own index
+        space (never expanded)."""
+        out = None
+        for a in self.accesses:
+            if a.stmt is stmt and a.kind == kind and self.tnames.name(a.tensor) == tensor_name:
+                m = access_map(a, self.program, self.tnames)
+                out = m if out is None else out.union(m)
+        return instances.apply(out)
 
     def loop_dim(self, stage, iv):
         for s in self.program.statements:
@@ -123,12 +275,16 @@ class Analysis:
                     return d
         return None
 
+    def _alias(self, iv):
+        for s in self.program.statements:      # a scan update's first axis is the scan loop
+            iv = s.extra.get("iv_alias", {}).get(iv, iv)
+        return iv
+
     def carried(self, stage, iv):
         """Dependences carried by loop ``iv``: source and sink share the loops above it and
         run in different iterations of it."""
         width = self.program.sched_width()
-        for s in self.program.statements:      # a scan update's first axis is the scan loop
-            iv = s.extra.get("iv_alias", {}).get(iv, iv)
+        iv = self._alias(iv)
         out = []
         for dep in self.dependences():
             ds = _positions(dep.source, iv)
@@ -147,8 +303,31 @@ class Analysis:
                 out.append(dep)
         return out
 
+    def carried_pairs(self, dep, iv):
+        """The instance pairs of ``dep`` that loop ``iv`` carries (same iteration of every loop
+        above it, different iterations of it)."""
+        width = self.program.sched_width()
+        iv = self._alias(iv)
+        ds = _positions(dep.source, iv)
+        if not ds:
+            return dep.relation
+        a = [f"a{p}" for p in range(width)]
+        b = [f"b{p}" for p in range(width)]
+        same = [f"a{p} = b{p}" for p in range(ds[0])]
+        diff = " or ".join(f"a{p} != b{p}" for p in ds)
+        cons = " and ".join(same + [f"({diff})"])
+        t = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {cons} }}")
+        t = t.align_params(self._sched_of(dep.source, width).get_space())
+        sel = self._sched_of(dep.source, width).apply_range(t) \
+            .apply_range(self._sched_of(dep.sink, width).reverse())
+        return dep.relation.intersect(sel)
+
     def _sched_of(self, stmt, width):
-        return stmt.schedule_map(self.program, width)
+        key = (stmt.name, width)
+        m = self._scheds.get(key)
+        if m is None:
+            m = self._scheds[key] = stmt.schedule_map(self.program, width)
+        return m
 
 
 def _positions(stmt, iv):

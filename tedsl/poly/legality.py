@@ -13,41 +13,127 @@ from ..schedule import schedule as _sched
 from ..te.tensor import ComputeOp
 
 
-def _fix_hint(stage, iv, deps, what):
+def _call(stage, what):
+    """The primitive call in the user's names: ``s[Out].parallel(b.k.fused)``."""
+    return f"s[{stage.op.outputs[0].name}].{what}"
+
+
+def _free_loops(an, stage, iv, what):
+    """The other loops of ``stage`` that carry no dependence (what is_parallel accepts)."""
+    out = []
+    for v in stage.leaf_iter_vars:
+        if v is iv or (what.startswith("bind") and v.kind == "reduce"):
+            continue
+        if what.startswith("vectorize") and v is not stage.leaf_iter_vars[-1]:
+            continue
+        try:
+            if not an.carried(stage, v):
+                out.append(v.name)
+        except isl.Error:
+            continue
+    return out
+
+
+def _attached_owner(schedule, tensor_name):
+    for st in schedule.stages:
+        if st.attach_type == "scope" and any(t.name == tensor_name for t in st.op.outputs):
+            return st
+    return None
+
+
+def _fix_hint(an, stage, iv, deps, what):
+    """The ways out of a refused parallel / vectorize / bind, most specific first."""
+    name = stage.op.outputs[0].name
+    mode = "parallel" if what.startswith("parallel") else "vector lanes" \
+        if what.startswith("vectorize") else "GPU threads"
     if any(d.is_reduction for d in deps) and iv.kind == "reduce":
-        name = stage.op.outputs[0].name
-        mode = "parallel" if what.startswith("parallel") else "vector lanes" \
-            if what.startswith("vectorize") else "GPU threads"
-        return (f"a reduction loop cannot run in {mode}: use "
-                f"s.rfactor({name}, {iv.name}) to parallelize a reduction, or choose a "
-                "data-parallel loop (" + ", ".join(v.name for v in stage.leaf_iter_vars
-                                                   if v.kind != "reduce") + ")")
+        data = ", ".join(v.name for v in stage.leaf_iter_vars if v.kind != "reduce")
+        return (f"a reduction loop cannot run in {mode}: use s.rfactor({name}, {iv.name}) to "
+                f"parallelize a reduction" + (f", or choose a data-parallel loop ({data})"
+                                              if data else ""))
     if any(d.source.kind == "scan_update" for d in deps) and \
             (iv.kind == "scan" or iv is getattr(stage.op, "axis", [None])[0]):
         return "the scan loop runs in order; parallelize one of the other axes of the update"
-    return ("choose a loop that carries no dependence (te.analysis.is_parallel tells which), or "
-            "reorder so that the dependence is carried by an outer serial loop")
+    fixes = []
+    owner = _attached_owner(an.program.schedule, deps[0].tensor)
+    if owner is not None and owner is not stage and iv in stage.leaf_iter_vars:
+        fixes.append(f"compute {owner.name} inside the loop, so that each iteration has its "
+                     f"own copy: s[{owner.op.outputs[0].name}].compute_at(s[{name}], {iv.name})")
+    free = _free_loops(an, stage, iv, what)
+    if free:
+        fixes.append(f"use a loop that carries none: {', '.join(free[:6])}"
+                     f"{' ...' if len(free) > 6 else ''} (te.analysis.is_parallel)")
+    fixes.append("reorder so that the dependence is carried by an outer serial loop")
+    return "; or ".join(fixes)
 
 
-def _refuse(stage, iv, what, deps):
-    shown = "\n".join(f"  {d.describe()}" for d in deps[:3])
-    more = f"\n  ... and {len(deps) - 3} more" if len(deps) > 3 else ""
+def _refuse(stage, iv, what, deps, an=None):
+    """Raise the DependenceError of a loop that carries ``deps``: the call, the first
+    dependence with its distance and a witness, and the fix (isl relations as attributes)."""
+    from .deps import stmt_label
+    d = deps[0]
+    line = f"{d.kind} on {d.tensor} from {stmt_label(d.source)} to {stmt_label(d.sink)}"
+    if an is not None:
+        try:
+            pairs = an.carried_pairs(d, iv)
+        except isl.Error:
+            pairs = d.relation
+        dist = d.loop_distance(pairs)
+        if dist:
+            line += ", distance " + ", ".join(f"{v.name} {t}" for v, t in dist[:3])
+        wit = d.witness(pairs, loop=an._alias(iv))
+        if wit:
+            line += f"; e.g. {wit}"
+    more = ""
+    if len(deps) > 1:
+        kinds = sorted({f"{x.kind} on {x.tensor}" for x in deps[1:]})
+        more = f" (and {len(deps) - 1} more: {', '.join(kinds[:3])}; see err.dependences)"
+    fix = _fix_hint(an, stage, iv, deps, what) if an is not None else \
+        "choose a loop that carries no dependence (te.analysis.is_parallel tells which)"
     raise DependenceError(
-        f"{what} on stage {stage.name}: loop {iv.name} carries a dependence, so its iterations "
-        f"cannot run at the same time:\n{shown}{more}\nFix: {_fix_hint(stage, iv, deps, what)}")
+        f"{_call(stage, what)}: loop {iv.name} carries a dependence, so its iterations cannot "
+        f"run at the same time: {line}{more}.\nFix: {fix}.", deps)
+
+
+def _barrier_ok(an, dep, iv):
+    """Whether a dependence carried by a loop bound to ``threadIdx`` is one that the block's
+    barriers order: it is on a ``shared`` buffer (one per block, seen by every thread) and
+    joins two different statements (a barrier separates them), or it is the write of a
+    shared tile that every thread fills whole (compute_at inside the thread loops without
+    binding its own loops: the same values, as TVM relaxes thread axes)."""
+    t = an.tnames.tensors.get(dep.isl_tensor)
+    sched = an.program.schedule
+    st = sched.stage_map.get(t.op) if t is not None else None
+    if st is None or st.scope != "shared":
+        return False
+    if dep.source is not dep.sink:
+        return True
+    fp = an.program.footprints.get(st)
+    return dep.kind == "WAW" and fp is not None and iv in fp.full_o_ivs and iv not in fp.o_ivs
+
+
+def _carried_by(an, stage, iv, kind, tag=""):
+    """The dependences that forbid loop ``iv`` of ``stage`` to run as ``kind``."""
+    deps = an.carried(stage, iv)
+    if kind == "thread" and tag.startswith("threadIdx"):
+        deps = [d for d in deps if not _barrier_ok(an, d, iv)]
+    return deps
 
 
 def check_loop_kind(schedule, stage, iv, what):
     """Refuse ``parallel`` / ``vectorize`` / ``bind`` of a loop that carries a dependence."""
     if not isinstance(stage.op, ComputeOp) and not hasattr(stage.op, "scan_axis"):
         return
-    from .deps import Analysis
-    from .program import build_program
-    deps = Analysis(build_program(schedule)).carried(stage, iv)
     if what.startswith("bind") and iv.kind == "reduce":
         return      # a cross-thread reduction: lowered with a combining step
+    from .deps import Analysis
+    from .program import build_program
+    an = Analysis(build_program(schedule))
+    attr = stage.attrs.get(iv)
+    kind = "thread" if what.startswith("bind") else what.split("(")[0]
+    deps = _carried_by(an, stage, iv, kind, attr.thread_tag if attr is not None else "")
     if deps:
-        _refuse(stage, iv, what, deps)
+        _refuse(stage, iv, what, deps, an)
 
 
 def _readers(schedule, stage):
@@ -131,16 +217,28 @@ def check_attach(schedule, stage, parent, iv, what):
                           "\n".join("  " + x for x in shown))
 
 
-_WHAT = {"parallel": "parallel", "vectorize": "vectorize", "thread": "bind"}
+def _what(kind, iv, attr):
+    if kind == "thread":
+        return f"bind({iv.name}, {attr.thread_tag})"
+    return f"{kind}({iv.name})"
 
 
 def check_schedule(program):
-    """Check every dependence is respected and every annotated loop is legal; raise if not."""
+    """Check every dependence is respected and every annotated loop is legal; raise if not.
+
+    Loops marked ``parallel`` / ``vectorize`` or bound to a GPU index are re-checked here, so
+    that a later ``compute_at`` / ``reorder`` cannot make them wrong, and a ``bind`` gets the
+    same verdict whether it came before or after them (a reduction loop bound to a thread
+    index is a cross-thread reduction and stays allowed)."""
     annotated = []
     for st in program.schedule.stages:
         for iv, attr in st.attrs.items():
-            if attr.kind in ("parallel", "vectorize") and iv in st.leaf_iter_vars:
-                annotated.append((st, iv, attr.kind))
+            if iv not in st.leaf_iter_vars or attr.kind not in ("parallel", "vectorize",
+                                                                 "thread"):
+                continue
+            if attr.kind == "thread" and iv.kind == "reduce":
+                continue
+            annotated.append((st, iv, attr))
     needs_order = any(s.kind not in ("compute", "init", "update", "scan_init", "scan_update")
                       for s in program.statements) or any(
         st.attach_type == "scope" for st in program.schedule.stages)
@@ -149,10 +247,10 @@ def check_schedule(program):
     check_bounds(an)
     if not annotated and not needs_order:
         return
-    for st, iv, kind in annotated:
-        deps = an.carried(st, iv)
+    for st, iv, attr in annotated:
+        deps = _carried_by(an, st, iv, attr.kind, attr.thread_tag)
         if deps:
-            _refuse(st, iv, f"{_WHAT[kind]}({iv.name})", deps)
+            _refuse(st, iv, _what(attr.kind, iv, attr), deps, an)
     _check_nested_parallel(program)
     if needs_order:
         check_order(an)
@@ -160,14 +258,27 @@ def check_schedule(program):
 
 def _check_nested_parallel(program):
     for s in program.statements:
-        par = [e[0] for e in s.sched if not isinstance(e, int) and
-               (program.iv_stage.get(e[0]) or s.stage).attrs.get(e[0]) is not None and
-               (program.iv_stage.get(e[0]) or s.stage).attrs[e[0]].kind == "parallel"]
-        par = list(dict.fromkeys(par))
+        par = []
+        for e in s.sched:
+            if isinstance(e, int):
+                continue
+            st = program.iv_stage.get(e[0]) or s.stage
+            attr = st.attrs.get(e[0])
+            if attr is not None and attr.kind == "parallel" and \
+                    all(e[0] is not v for v, _ in par):
+                par.append((e[0], st))
         if len(par) > 1:
+            (a, sa), (b, sb) = par[:2]
+            if sa is sb and a.name != b.name:
+                what, fix = f"loops {a.name} and {b.name}", "fuse them first"
+            else:
+                what = f"loops {_call(sa, f'parallel({a.name})')} and " \
+                    f"{_call(sb, f'parallel({b.name})')}"
+                fix = "fuse them first" if sa is sb else \
+                    f"drop one of them, e.g. the inner {_call(sb, f'parallel({b.name})')}"
             raise ScheduleError(
-                f"stage {s.stage.name}: loops {par[0].name} and {par[1].name} are both parallel "
-                "and nested; only one loop of a nest may be parallel (fuse them first)")
+                f"stage {s.stage.name}: {what} are both parallel and nested; only one "
+                f"loop of a nest may be parallel ({fix})")
 
 
 def check_bounds(an):
@@ -215,17 +326,26 @@ def check_bounds(an):
 
 def check_order(an):
     """Every non-reduction dependence must go forward in the schedule."""
-    lt = an.sched.lex_lt_union_map(an.sched)
+    lt = None
     for d in an.dependences():
         if d.is_reduction:
             continue
+        if lt is None:
+            lt = an.sched.lex_lt_union_map(an.sched)
         um = isl.UnionMap.from_map(d.relation)
         bad = um.subtract(lt.intersect(um))
-        if not bad.is_empty():
-            raise DependenceError(
-                f"the schedule computes {d.sink.stage.name} before {d.source.stage.name} has "
-                f"produced what it reads:\n  {d.describe()}\nviolated for: {bad}\nFix: attach "
-                f"{d.source.stage.name} at a loop that encloses its use, or compute it at root")
+        if bad.is_empty():
+            continue
+        maps = []
+        bad.foreach_map(maps.append)
+        wit = d.witness(maps[0]) if maps else None
+        src, dst = d.source.stage, d.sink.stage
+        raise DependenceError(
+            f"lower: the schedule does not run {src.name} before {dst.name}, which needs it: "
+            f"{d.kind} on {d.tensor}" + (f"; e.g. {wit}" if wit else "") +
+            f".\nFix: compute {src.name} at a loop of {dst.name} that encloses the use "
+            f"(s[{src.op.outputs[0].name}].compute_at(s[{dst.op.outputs[0].name}], ...)), or at "
+            f"the root (s[{src.op.outputs[0].name}].compute_root()).", [d], [bad])
 
 
 _sched.HOOKS.update(check_loop_kind=check_loop_kind, check_attach=check_attach,
