@@ -85,3 +85,152 @@ def test_attached_fused_parallel_loop_under_env_threads():
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+# -- IR that LLVM used to reject ---------------------------------------------------------------
+
+def test_vectorize_inner_constant_loop_under_symbolic_fused_loops(rng):
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m, 6), "float32", name="A")
+    B = te.compute((n, m, 6), lambda i, j, k: A[i, j, k] * 2 + A[i, j, 5 - k], name="B")
+    s = te.create_schedule(B)
+    s[B].fuse(B.op.axis[0], B.op.axis[1])
+    s[B].vectorize(B.op.axis[2])
+    mod = te.build(s, [A, B])
+    for shape in ((3, 5, 6), (1, 1, 6), (4, 7, 6)):
+        a = rng.standard_normal(shape).astype(np.float32)
+        b = np.full(shape, np.nan, np.float32)
+        mod(a, b)
+        np.testing.assert_allclose(b, a * 2 + a[:, :, ::-1], rtol=1e-6)
+
+
+def test_heap_buffer_then_unrelated_parallel_loop(rng):
+    n = te.var("n")
+    A = te.placeholder((n, n), "float32", name="A")
+    T = te.compute((n, n), lambda i, j: A[i, j] + 1, name="T")
+    B = te.compute((n, n), lambda i, j: T[i, j] * 2, name="B")
+    C = te.compute((n,), lambda i: A[i, 0] * 3, name="C")
+    s = te.create_schedule([B.op, C.op])
+    s[T].compute_at(s[B], B.op.axis[0])
+    s[C].parallel(C.op.axis[0])
+    mod = te.build(s, [A, B, C])
+    mod.set_num_threads(2)
+    for k in (1, 5, 37):
+        a = rng.standard_normal((k, k)).astype(np.float32)
+        b = np.full((k, k), np.nan, np.float32)
+        c = np.full(k, np.nan, np.float32)
+        mod(a, b, c)
+        np.testing.assert_allclose(b, (a + 1) * 2, rtol=1e-6)
+        np.testing.assert_allclose(c, a[:, 0] * 3, rtol=1e-6)
+
+
+def test_tile_compute_at_fuse_tile_again(rng):
+    n = te.var("n")
+    A = te.placeholder((n, 26), "float32", name="A")
+    T = te.compute((n, 26), lambda i, j: A[i, j] + 1, name="T")
+    B = te.compute((n, 24), lambda i, j: T[i, j] * 2, name="B")
+    s = te.create_schedule(B)
+    io, jo, ii, ji = s[B].tile(B.op.axis[0], B.op.axis[1], 3, 5)
+    s[T].compute_at(s[B], ji)
+    f = s[B].fuse(jo, ii)
+    s[B].tile(io, f, 3, 5)
+    mod = te.build(s, [A, B])
+    for k in (1, 7, 20, 31):
+        a = rng.standard_normal((k, 26)).astype(np.float32)
+        b = np.full((k, 24), np.nan, np.float32)
+        mod(a, b)
+        np.testing.assert_allclose(b, (a[:, :24] + 1) * 2, rtol=1e-6)
+
+
+def test_integer_valued_guard_is_a_truth_value():
+    """A guard whose value is an integer (``int64(c) | 1``) branches on ``!= 0``."""
+    x = E.Var("x", "int64")
+    O = N.Buffer("O", (4,), "int64")
+    cond = E.binary("bitor", E.cast(E.compare("lt", x, E.Const(0, "int64")), "int64"),
+                    E.Const(2, "int64"))
+    cond0 = E.binary("bitand", x, E.Const(1, "int64"))
+    body = N.seq([N.IfThen(cond, N.Store(O, [E.Const(0, "int64")], E.Const(7, "int64"))),
+                  N.IfThen(cond0, N.Store(O, [E.Const(1, "int64")], x),
+                           N.Store(O, [E.Const(2, "int64")], x))])
+    mod = te.build(N.PrimFunc("guards", [x, O], body), target="llvm")
+    for v in (3, 4):
+        out = np.full(4, -1, np.int64)
+        mod(v, out)
+        want = [7, v if v & 1 else -1, -1 if v & 1 else v, -1]
+        np.testing.assert_array_equal(out, want)
+
+
+def test_rejected_ir_message_is_short_and_keeps_the_module():
+    from tedsl.codegen.llvm_compile import optimize, target_machine
+    text = "define i32 @f() {\n  ret i64 0\n}\n" + "; filler line\n" * 4000
+    with pytest.raises(CompileError, match=r"LLVM rejected the generated IR") as ei:
+        optimize(text, target_machine())
+    msg = str(ei.value)
+    assert len(msg) <= 600 and "doesn't match" in msg
+    assert ei.value.source == text
+    assert ei.value.path and ei.value.path in msg
+    with open(ei.value.path) as f:
+        assert f.read() == text
+    os.unlink(ei.value.path)
+
+
+# -- threads and heap temporaries ---------------------------------------------------------------
+
+PARALLEL_AT_EXIT = """
+import numpy as np, tedsl as te
+A = te.placeholder((1000,), "float32", name="A")
+B = te.compute((1000,), lambda i: A[i] * 2, name="B")
+s = te.create_schedule(B); s[B].parallel(B.op.axis[0])
+m = te.build(s, [A, B]); a = np.arange(1000, dtype=np.float32); b = np.full_like(a, np.nan)
+m(a, b); assert (b == a * 2).all(); print("ran")
+"""
+
+
+@pytest.mark.parametrize("env", [{"OMP_WAIT_POLICY": "active"}, {"GOMP_SPINCOUNT": "infinite"}])
+def test_no_crash_at_exit_with_spinning_workers(env):
+    env = dict(os.environ, TEDSL_NUM_THREADS="2", **env)
+    for _ in range(4):      # the crash was a race at exit: try a few times
+        r = subprocess.run([sys.executable, "-c", PARALLEL_AT_EXIT], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "ran" in r.stdout, (r.returncode, r.stderr[-2000:])
+
+
+def _gather_with_heap_temp(parallel):
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    Idx = te.placeholder((n,), "int32", name="I")
+    T = te.compute((n,), lambda i: A[i] + 1, name="T")
+    B = te.compute((n,), lambda i: T[Idx[i]] * 2, name="B")
+    s = te.create_schedule(B)
+    if parallel:
+        s[B].parallel(B.op.axis[0])
+    return te.build(s, [A, Idx, B])
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_heap_temporary_freed_when_bounds_check_fails(parallel, rng):
+    import resource
+    mod = _gather_with_heap_temp(parallel)
+    mod.set_num_threads(2)
+    n = 1 << 20                                  # a 4 MiB temporary, written before the gather
+    a = rng.standard_normal(n).astype(np.float32)
+    idx = rng.integers(0, n, n).astype(np.int32)
+    b = np.full(n, np.nan, np.float32)
+    mod(a, idx, b)
+    np.testing.assert_allclose(b, (a[idx] + 1) * 2, rtol=1e-6)
+    idx[n // 2] = n
+    want = b.copy()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(40):
+        with pytest.raises(te.TedslError, match="out of bounds"):
+            mod(a, idx, b)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 60, f"{grown_mib:.0f} MiB more after 40 failed calls: a leak"
+    np.testing.assert_array_equal(b, want)       # failed calls leave the output untouched
+
+
+def test_parallel_status_word_is_stored_atomically():
+    mod = _gather_with_heap_temp(True)
+    raw = mod.get_source("ll-raw")
+    assert "store atomic i32" in raw
+    assert "free" in raw

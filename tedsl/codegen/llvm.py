@@ -101,6 +101,7 @@ class LLVMCodegen(ExprEmitter):
         start = fn.append_basic_block("start")
         self.b = ir.IRBuilder(start)
         self.fail_mode = fail_mode
+        self.heap = []          # live heap temporaries of this function, freed on every exit
 
     def _finish_allocas(self, start_block):
         ab = ir.IRBuilder(self.alloca_bb)
@@ -123,10 +124,22 @@ class LLVMCodegen(ExprEmitter):
 
     def fail(self, code):
         """Leave the current function with a non-zero status."""
+        self._leave(ir.Constant(I32, code))
+
+    def _leave(self, status):
+        """Free the live heap temporaries, then return ``status`` (or, in an outlined parallel
+        body, store it atomically into the status word shared by all threads and return)."""
+        if self.heap:
+            free = self._decl("free", ir.VoidType(), [PTR])
+            for p in reversed(self.heap):
+                self.b.call(free, [p])
         if self.fail_mode[0] == "ret":
-            self.b.ret(ir.Constant(I32, code))
+            self.b.ret(status)
         else:
-            self.b.store(ir.Constant(I32, code), self.fail_mode[1])
+            # llvmlite's store_atomic wants a typed pointer: build the instruction directly
+            st = ir.instructions.StoreAtomicInstr(self.b.block, status, self.fail_mode[1],
+                                                  "monotonic", 4)
+            self.b._insert(st)
             self.b.ret_void()
 
     def fail_if(self, cond, code):
@@ -288,7 +301,7 @@ class LLVMCodegen(ExprEmitter):
         self.vvars.discard(s.var)
 
     def _s_IfThen(self, s):
-        c = self.expr(s.cond)
+        c = self._truth(self.expr(s.cond))
         if is_vec(c):
             outer = self.mask
             self.mask = c if outer is None else self.b.and_(outer, c)
@@ -312,6 +325,15 @@ class LLVMCodegen(ExprEmitter):
             self.b.branch(end_bb)
         self.b.position_at_end(end_bb)
 
+    def _truth(self, c):
+        """An ``i1`` (or ``<W x i1>``) condition from a value: integers are true when non-zero."""
+        et = c.type.element if is_vec(c) else c.type
+        if et == I1:
+            return c
+        if not isinstance(et, ir.IntType):
+            raise InternalError(f"condition of type {c.type} in {self.func.name}")
+        return self.b.icmp_unsigned("!=", c, ir.Constant(c.type, None))
+
     def _s_Allocate(self, s):
         buf = s.buffer
         size = simplify(E.binary("mul", buf.size(), E.Const(dt.itemsize(buf.dtype), "int64")))
@@ -321,6 +343,7 @@ class LLVMCodegen(ExprEmitter):
             p = self.alloca(ir.ArrayType(st, n))
             self.bufptr[buf] = self._opaque(p)
             self.stmt(s.body)
+            del self.bufptr[buf]
             return
         nbytes = self.expr(size)
         nbytes = self.b.select(self.b.icmp_signed("<", nbytes, ir.Constant(I64, 64)),
@@ -330,7 +353,11 @@ class LLVMCodegen(ExprEmitter):
         p = self.b.call(malloc, [nbytes])
         self.fail_if(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), 2)
         self.bufptr[buf] = p
+        self.heap.append(p)
         self.stmt(s.body)
+        self.heap.pop()
+        # out of scope: a later parallel region must not capture the freed pointer
+        del self.bufptr[buf]
         self.b.call(free, [p])
 
     def _decl(self, name, ret, args):
@@ -435,7 +462,8 @@ class LLVMCodegen(ExprEmitter):
                                name=f"{self.name}_par{self.n_par}")
         outlined.linkage = "internal"
         # emit the outlined body in a fresh frame
-        frame = (self.fn, self.alloca_bb, self.b, self.fail_mode, self.vars, self.bufptr)
+        frame = (self.fn, self.alloca_bb, self.b, self.fail_mode, self.vars, self.bufptr,
+                 self.heap)
         self._begin(outlined, ("store", None))
         start_block = self.b.block
         ob = self.b
@@ -463,7 +491,8 @@ class LLVMCodegen(ExprEmitter):
         self.in_parallel = False
         self.b.ret_void()
         self._finish_allocas(start_block)
-        self.fn, self.alloca_bb, self.b, self.fail_mode, self.vars, self.bufptr = frame
+        self.fn, self.alloca_bb, self.b, self.fail_mode, self.vars, self.bufptr, self.heap = \
+            frame
         b = self.b
         total = self._trip_count(b, lo, hi, s.step)
         nthr = b.load(self.nthreads, typ=I32)
@@ -492,11 +521,7 @@ class LLVMCodegen(ExprEmitter):
         ok_bb = self.fn.append_basic_block("par.ok")
         b.cbranch(b.icmp_signed("!=", st, ir.Constant(I32, 0)), fail_bb, ok_bb)
         b.position_at_end(fail_bb)
-        if self.fail_mode[0] == "ret":
-            b.ret(st)
-        else:
-            b.store(st, self.fail_mode[1])
-            b.ret_void()
+        self._leave(st)
         b.position_at_end(ok_bb)
 
     @staticmethod

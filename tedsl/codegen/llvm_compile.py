@@ -1,5 +1,7 @@
 """LLVM IR text -> optimised machine code: JIT engines and object files through llvmlite."""
 import functools
+import os
+import tempfile
 
 from ..errors import CompileError
 
@@ -24,6 +26,26 @@ def target_machine(mcpu=None, features=None, reloc="default"):
                                      codemodel="jitdefault" if reloc == "default" else "default")
 
 
+def rejected_ir(diagnostic, ll_text, keep_lines=4):
+    """A short CompileError for IR that LLVM rejects: the first lines of the diagnostic, and
+    the whole module in ``.source`` and in a file named by the message."""
+    lines = [l if len(l) <= 160 else l[:157] + "..." for l in diagnostic.strip().splitlines()]
+    head = "\n".join(lines[:keep_lines]) + ("\n..." if len(lines) > keep_lines else "")
+    where = ""
+    try:
+        fd, path = tempfile.mkstemp(prefix="tedsl-rejected-", suffix=".ll")
+        with os.fdopen(fd, "w") as f:
+            f.write(ll_text)
+        where = f"; the module is in {path}"
+    except OSError:
+        pass
+    err = CompileError(f"LLVM rejected the generated IR (a bug in tedsl; please report it): "
+                       f"{head}\n(.source holds the LLVM module{where})", diagnostic)
+    err.source = ll_text
+    err.path = where and path
+    return err
+
+
 def optimize(ll_text, tm):
     """Parse, verify and run the O3 pipeline; returns the llvmlite module."""
     llvm = init_llvm()
@@ -31,8 +53,7 @@ def optimize(ll_text, tm):
         mod = llvm.parse_assembly(ll_text)
         mod.verify()
     except RuntimeError as e:
-        numbered = "\n".join(f"{i + 1:5d} | {l}" for i, l in enumerate(ll_text.splitlines()))
-        raise CompileError(f"LLVM rejected the generated IR: {e}\n{numbered}", str(e)) from None
+        raise rejected_ir(str(e), ll_text) from None
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
     pto = llvm.create_pipeline_tuning_options(speed_level=3)

@@ -271,7 +271,8 @@ class ExprEmitter:
     def int_div(self, op, a, c, unsigned, const_b):
         b = self.b
         zero = ir.Constant(a.type, None)
-        one = self.bc(ir.Constant(a.type.element if is_vec(a) else a.type, 1))
+        # ``a`` may be a scalar (a lane-uniform index) inside a vector loop: match its type
+        one = ir.Constant(a.type, [1] * a.type.count) if is_vec(a) else ir.Constant(a.type, 1)
         safe = const_b is not None and const_b.value != 0 and \
             (unsigned or const_b.value != -1)
         if not safe:

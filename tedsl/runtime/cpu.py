@@ -85,9 +85,14 @@ def init_threads():
         if not n:
             continue
         try:
+            # our own handle, never closed (RTLD_NODELETE): LLVM's global destructor closes the
+            # libraries it loaded at exit, and unmapping libgomp under its worker threads
+            # (spinning with OMP_WAIT_POLICY=active) would crash the interpreter at exit
+            _KEEP.append(ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE",
+                                                                           0)))
             llvm.load_library_permanently(n)
             return True
-        except RuntimeError:
+        except (OSError, RuntimeError):
             continue
     keep = _serial_gomp()
     _KEEP.extend(keep)
