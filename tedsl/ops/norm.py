@@ -148,6 +148,8 @@ def _rows_stage(s, op, stats, a, tgt):
         if inner:
             st.reorder(*pax[:a], *p.reduce_axis, *inner)
             C.split_vector(st, inner[-1], lanes)
+        elif not p.reduce_axis and pax:        # an elementwise row stage: vectorized too
+            C.split_vector(st, pax[-1], lanes)
 
 
 def _producer(op, tag):
@@ -161,18 +163,17 @@ def _producer(op, tag):
 def _schedule_rows(s, op, host, tgt):
     """Row statistics inside the loop over rows, the contiguous axis vectorized.
 
-    tedsl's ``compute_at`` needs a stage with a single direct reader, so a value read twice
-    (softmax's exponentials, layer_norm's mean) is stored at the root: softmax runs as two row
-    passes (max + exp, then sum + divide), layer_norm as a row-sum pass then (variance +
-    normalise).
+    softmax is TVM's schedule: the maximum, the exponentials and their sum are each computed
+    inside the output's (parallel) row loop, one row at a time (``compute_at`` of a stage read
+    by several stages is legal when all of them run inside the loop).  layer_norm runs a
+    row-sum pass, then the variance and the normalisation row by row.
     """
     a = getattr(op, "ops_axis", len(op.axis) - 1)
     if op.tag == "softmax":
         ex = _producer(op, "softmax_exp")
         es = _producer(op, "softmax_expsum")
         mx = _producer(ex, "softmax_maxelem")
-        _rows_stage(s, ex, [mx], a, tgt)
-        _rows_stage(s, op, [es], a, tgt)
+        _rows_stage(s, op, [mx, ex, es], a, tgt)
     else:
         var = _producer(op, "layer_norm_var")
         sm = _producer(op, "layer_norm_sum")

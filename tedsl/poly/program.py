@@ -114,11 +114,12 @@ def leaf_values(stage, names):
         elif isinstance(rel, Fuse):
             o, i = val[rel.outer], val[rel.inner]
             bo, bi = begin.get(rel.outer, "0"), begin.get(rel.inner, "0")
-            o = o if bo == "0" else f"({o} - {bo})"
-            i = i if bi == "0" else f"({i} - {bi})"
+            o = o if bo == "0" or isinstance(o, list) else f"({o} - {bo})"
+            i = i if bi == "0" or isinstance(i, list) else f"({i} - {bi})"
             if rel.deferred:      # parts kept as separate loops (see transform/fuse_loops.py)
-                parts = list(val[rel.outer]) if isinstance(val[rel.outer], list) else [o]
-                val[rel.fused] = parts + [i]
+                # either side may itself be a deferred fuse (fuse(i, fuse(j, k))): its parts
+                val[rel.fused] = (list(o) if isinstance(o, list) else [o]) + \
+                    (list(i) if isinstance(i, list) else [i])
             else:
                 ext = int(stage.extent(rel.inner).value)
                 val[rel.fused] = f"({ext} * {o} + {i})"
