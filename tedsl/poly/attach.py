@@ -137,17 +137,15 @@ def reader_outside_message(schedule, pstage, parent, iv, reader, what):
             "\n".join("  " + x for x in shown))
 
 
-def _empty_fill(pa, value, odom):
-    """``pa`` extended by ``value`` on the iterations ``odom`` where it is undefined (nothing is
-    read there); defined everywhere when it would be defined nowhere."""
-    dom = pa.domain()
-    rest = odom.subtract(dom) if odom is not None else dom.complement()
-    if dom.union(rest).is_empty():
-        rest = isl.Set.universe(dom.get_space())
-    if rest.is_empty():
+def _empty_fill(pa, value):
+    """``pa``, or the constant ``value`` where ``pa`` is defined nowhere (nothing is read at
+    any iteration: the buffer is never touched).  Where only some iterations read nothing,
+    isl's expression for the others serves (no instance touches the buffer there)."""
+    if not pa.domain().is_empty():
         return pa
-    fill = isl.PwAff.val_on_domain(rest, isl.Val.int_from_si(pa.get_ctx(), value))
-    return pa.union_add(fill).coalesce()
+    space = pa.domain().get_space()
+    return isl.PwAff.val_on_domain(isl.Set.universe(space),
+                                   isl.Val.int_from_si(pa.get_ctx(), value))
 
 
 def attach_stage(program, pstage, statements, make_statements, counter):
@@ -195,7 +193,6 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     o_names = [names.name(v) for v in o_vars]
     # region R: [o] -> T[x]
     region = None
-    odom = None          # the iterations [o] of the loops above the attach point
     reader_o = {}
     for s, accs in readers:
         loops = [e[1] for e in s.sched[:pos + 1] if not isinstance(e, int)]
@@ -207,7 +204,6 @@ def attach_stage(program, pstage, statements, make_statements, counter):
             _pw_to_expr(isl.PwAff(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
                                   f"[({t})] }}"), program, len(s.iters), s.iters)
             for t in loops]
-        odom = pm.range() if odom is None else odom.union(pm.range())
         for a in accs:
             if not a.exact:
                 raise AttachError(
@@ -235,8 +231,6 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     full_region = region
     for k in reversed(threads):
         region = region.project_out(isl.dim_type.in_, k, 1)
-        odom = odom.project_out(isl.dim_type.set, k, 1)
-    odom = odom.coalesce()
     keep = [k for k in range(len(o_ivs)) if k not in threads]
     fp = Footprint(pstage, iv, [o_ivs[k] for k in keep], [o_vars[k] for k in keep])
     fp.full_o_ivs = list(o_ivs)
@@ -250,10 +244,10 @@ def attach_stage(program, pstage, statements, make_statements, counter):
             .project_out(isl.dim_type.out, 0, d)
         # where nothing is read (an empty region, e.g. a read under a condition never true)
         # the buffer is never touched: offset 0, one element
-        lo = _empty_fill(rd.lexmin_pw_multi_aff().get_pw_aff(0), 0, odom)
-        hi = _empty_fill(rd.lexmax_pw_multi_aff().get_pw_aff(0), 0, odom)
+        lo = _empty_fill(rd.lexmin_pw_multi_aff().get_pw_aff(0), 0)
+        hi = _empty_fill(rd.lexmax_pw_multi_aff().get_pw_aff(0), 0)
         ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
-        emax = _empty_fill(isl.Map.from_pw_aff(ext).range().dim_max(0), 1, None)
+        emax = _empty_fill(isl.Map.from_pw_aff(ext).range().dim_max(0), 1)
         fp.lo.append(_pw_to_expr(lo, program, n_o, fp.o_vars))
         fp.extent.append(_pw_to_expr(emax, program, 0, []))
     # the producer's statements, with o as outer dimensions
