@@ -28,6 +28,7 @@ from ..tir.functor import visit
 from .llvm_expr import F64, I1, I8, I16, I32, I64, PTR, ExprEmitter, is_vec, storage_type
 
 STACK_LIMIT = 32 * 1024       # bytes: larger or symbolic allocations go to the heap
+STRIP_FACTOR = 4              # a vectorized loop longer than this many registers is strip-mined
 
 
 def flat_index(buf, indices):
@@ -407,6 +408,8 @@ class LLVMCodegen(ExprEmitter):
                               "holds a loop or an allocation; it runs as scalar code",
                               stacklevel=2)
             return self._serial_loop(s, self.expr(s.lo), self.expr(s.hi))
+        if W > STRIP_FACTOR * self._machine_lanes(s.body):
+            return self._strip_mined(s, self._machine_lanes(s.body))
         if isinstance(ext, E.Const) and ext.value == W:
             return self._vector_body(s, W)
         lo, hi = self.expr(s.lo), self.expr(s.hi)
@@ -423,9 +426,46 @@ class LLVMCodegen(ExprEmitter):
         self.b.branch(end_bb)
         self.b.position_at_end(end_bb)
 
-    def _vector_body(self, s, W):
+    def _machine_lanes(self, body):
+        """Lanes of one SIMD register for the widest element type ``body`` loads or stores."""
+        widest = [1]
+
+        def fn(x):
+            if type(x) is N.Store:
+                widest.append(dt.itemsize(x.buffer.dtype))
+        visit(body, fn)
+        for e in _stmt_exprs(body):
+            for x in _nodes(e):
+                if type(x) is N.BufferLoad:
+                    widest.append(dt.itemsize(x.buffer.dtype))
+        return max(1, self.vector_bits // 8 // max(widest))
+
+    def _strip_mined(self, s, W):
+        """A long vectorized loop as a loop over ``W``-lane vectors (one SIMD register each),
+        then a scalar tail: one giant vector would make LLVM's compile time explode."""
+        b = self.b
+        lo, hi = self.expr(s.lo), self.expr(s.hi)
+        count = self._trip_count(b, lo, hi, 1)
+        stop = b.add(lo, b.mul(b.sdiv(count, ir.Constant(I64, W)), ir.Constant(I64, W)))
+        pre = b.block
+        head = self.fn.append_basic_block(f"vfor.{s.var.name}")
+        body = self.fn.append_basic_block(f"vbody.{s.var.name}")
+        end = self.fn.append_basic_block(f"vend.{s.var.name}")
+        b.branch(head)
+        b.position_at_end(head)
+        c = b.phi(I64, name=s.var.name + ".chunk")
+        c.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", c, stop), body, end)
+        b.position_at_end(body)
+        self._vector_body(s, W, c)
+        c.add_incoming(b.add(c, ir.Constant(I64, W)), b.block)
+        b.branch(head)
+        b.position_at_end(end)
+        self._serial_loop(s, stop, hi)
+
+    def _vector_body(self, s, W, start_value=None):
         start = E.Var(s.var.name + ".start", "int64")
-        self.vars[start] = self.expr(s.lo)
+        self.vars[start] = self.expr(s.lo) if start_value is None else start_value
         saved = (self.lanes, self.lane_var, self.lane_start_var, set(self.vvars))
         self.lanes, self.lane_var, self.lane_start_var = W, s.var, start
         self.vvars = {s.var}
@@ -683,6 +723,23 @@ def _nodes(e):
     out = []
     from ..ir.functor import walk
     walk(e, out.append)
+    return out
+
+
+def _stmt_exprs(s):
+    """The expressions held directly by the statements of ``s`` (values, indices, conditions)."""
+    out = []
+
+    def fn(x):
+        t = type(x)
+        if t is N.Store:
+            out.extend(x.indices)
+            out.append(x.value)
+        elif t is N.IfThen:
+            out.append(x.cond)
+        elif t is N.LetStmt or t is N.Evaluate:
+            out.append(x.value)
+    visit(s, fn)
     return out
 
 
