@@ -13,6 +13,9 @@ from ..schedule import schedule as _sched
 from ..te.tensor import ComputeOp
 
 
+_MAX = 600      # characters of a refusal message
+
+
 def _call(stage, what):
     """The primitive call in the user's names: ``s[Out].parallel(b.k.fused)``."""
     return f"s[{stage.op.outputs[0].name}].{what}"
@@ -47,9 +50,9 @@ def _fix_hint(an, stage, iv, deps, what):
     mode = "parallel" if what.startswith("parallel") else "vector lanes" \
         if what.startswith("vectorize") else "GPU threads"
     if any(d.is_reduction for d in deps) and iv.kind == "reduce":
-        data = ", ".join(v.name for v in stage.leaf_iter_vars if v.kind != "reduce")
+        data = ", ".join(_free_loops(an, stage, iv, what)[:6])
         return (f"a reduction loop cannot run in {mode}: use s.rfactor({name}, {iv.name}) to "
-                f"parallelize a reduction" + (f", or choose a data-parallel loop ({data})"
+                f"parallelize a reduction" + (f", or choose a loop that carries none ({data})"
                                               if data else ""))
     if any(d.source.kind == "scan_update" for d in deps) and \
             (iv.kind == "scan" or iv is getattr(stage.op, "axis", [None])[0]):
@@ -90,9 +93,13 @@ def _refuse(stage, iv, what, deps, an=None):
         more = f" (and {len(deps) - 1} more: {', '.join(kinds[:3])}; see err.dependences)"
     fix = _fix_hint(an, stage, iv, deps, what) if an is not None else \
         "choose a loop that carries no dependence (te.analysis.is_parallel tells which)"
-    raise DependenceError(
-        f"{_call(stage, what)}: loop {iv.name} carries a dependence, so its iterations cannot "
-        f"run at the same time: {line}{more}.\nFix: {fix}.", deps)
+    head = f"{_call(stage, what)}: loop {iv.name} carries a dependence, so its iterations " \
+        "cannot run at the same time: "
+    tail = f".\nFix: {fix}."
+    if len(head) + len(line) + len(more) + len(tail) > _MAX:      # keep the call and the fix
+        more = ""
+        line = line[:max(60, _MAX - len(head) - len(tail) - 3)].rstrip() + "..."
+    raise DependenceError(head + line + more + tail, deps)
 
 
 def _barrier_ok(an, dep, iv):
