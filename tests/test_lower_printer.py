@@ -107,9 +107,13 @@ def test_api_example_symbolic_matmul_prints():
     assert ranges["i.outer"] == "0,(n+31)//32"
     assert ranges["k.outer"] == "0,(n+3)//4"
     assert ranges["i.inner"] == "0,min(32,n-i.outer*32)"
-    assert ranges["j.inner"] == "0,min(32,n-j.outer*32)"
+    # the vectorized loop runs 32 lanes on full tiles; the partial column tile comes after
+    assert ranges["j.outer"] == "0,n//32"
+    assert ranges["j.inner"] == "0,32"
     assert ranges["k.inner"] == "0,min(4,n-k.outer*4)"
     assert "A[i.outer * 32 + i.inner, k.outer * 4 + k.inner]" in text
+    tail = text[text.index("if n % 32 >= 1:"):]
+    assert "for j.inner in vectorized(0, (n - 1) % 32 + 1):" in tail
 
 
 def test_triangle_prints_affine_range():

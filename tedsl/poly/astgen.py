@@ -1,15 +1,36 @@
 """isl's AST generator decides every loop: schedule maps -> isl AST -> a neutral loop tree.
 
-The tree uses tedsl expressions and plain tuples so that the loop-IR layer can build its own
-nodes from it:
+The tree is made of the small immutable nodes below (tedsl expressions inside), from which
+the loop-IR layer (``tir/build.py``) builds its own statements:
 
-* ``("for", iv, stage, var, lo, hi, step, body, part)``  (``hi`` exclusive; ``part`` is
-  ``(k, K)`` for the k-th of K loops of a fuse over symbolic extents, else None)
-* ``("let", iv, stage, var, value, body)``           (a loop isl proved to run once)
-* ``("if", cond, then, else_or_None)``
-* ``("block", [children])``
-* ``("user", statement, [values of the statement's iterators])``
+* :class:`Loop` ``for var in [lo, hi) step``  (``part`` is ``(k, K)`` for the k-th of K loops of
+  a fuse over symbolic extents, else None)
+* :class:`Let` a loop isl proved to run once
+* :class:`If`, :class:`Block` and :class:`User` (one statement instance)
+
+Full tiles separated from partial ones
+--------------------------------------
+A loop marked ``vectorize`` or ``unroll`` only becomes a constant-width vector body or
+straight-line code when its trip count is a constant.  Below a split that does not divide
+its extent, isl's bound of the inner loop is ``min(factor, n - factor * outer)``: the same
+loop would serve the full tiles and the last, partial one.  Before running isl, every
+statement that has such a loop is therefore cut in two (by domain, not by schedule, so the
+execution order and hence legality are unchanged):
+
+* the *full* part: the instances whose enclosing loop values give every vectorized or
+  unrolled loop of the statement its largest (constant) trip count, and
+* the *tail*: the rest.
+
+isl then generates the parts as separate loops (it separates statements whose instances lie
+in disjoint ranges of a loop), so the full tiles run with constant extents and the tail runs
+after them with ``min`` bounds (a scalar, or for a constant size a narrower, vector epilogue).
+Only statements with a vectorized or unrolled loop of variable trip count are cut, and each
+at most once (the tail is not cut again), so the code at most doubles per such statement.
+Statements under GPU thread loops and the steps of a scan are left as they are.
 """
+from dataclasses import dataclass
+from typing import Optional
+
 import islpy as isl
 
 from ..errors import InternalError
@@ -25,9 +46,68 @@ _CMPS = {_T.eq: "eq", _T.le: "le", _T.lt: "lt", _T.ge: "ge", _T.gt: "gt"}
 _LOGIC = {_T.and_: "and", _T.and_then: "and", _T.or_: "or", _T.or_else: "or"}
 
 
+# -- the loop tree ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Loop:
+    """``for var in range(lo, hi, step): body`` over schedule loop ``iv`` of ``stage``."""
+    iv: object
+    stage: object
+    var: E.Var
+    lo: E.Expr
+    hi: E.Expr            # exclusive
+    step: int
+    body: object
+    part: Optional[tuple] = None
+
+
+@dataclass(frozen=True, eq=False)
+class Let:
+    """A loop isl proved to run once: ``var = value`` around ``body``."""
+    iv: object
+    stage: object
+    var: E.Var
+    value: E.Expr
+    body: object
+
+
+@dataclass(frozen=True, eq=False)
+class If:
+    cond: E.Expr
+    then: object
+    else_: object = None
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    children: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class User:
+    """One instance of ``stmt`` with its iterators set to ``values``."""
+    stmt: object
+    values: tuple
+
+
+def children(node):
+    """The child nodes of a loop-tree node."""
+    t = type(node)
+    if t is Block:
+        return node.children
+    if t is If:
+        return (node.then,) if node.else_ is None else (node.then, node.else_)
+    if t in (Loop, Let):
+        return (node.body,)
+    return ()
+
+
+# -- isl AST -> loop tree ---------------------------------------------------------------------
+
 class AstConverter:
-    def __init__(self, program):
+    def __init__(self, program, stmts=None):
         self.program = program
+        self.stmts = stmts if stmts is not None else program.by_name   # isl name -> Statement
         self.env = {}          # isl iterator name -> Var
 
     def expr(self, e):
@@ -54,71 +134,65 @@ class AstConverter:
         if op in _CMPS:
             return E.compare(_CMPS[op], args[0], args[1])
         if op in _LOGIC:
-            out = args[0]
+            out = E.as_bool(args[0])      # isl may write "true" as the integer 1: `c || 1`
             for a in args[1:]:
-                out = E.logical(_LOGIC[op], out, a)
+                out = E.logical(_LOGIC[op], out, E.as_bool(a))
             return out
         if op in (_T.select, _T.cond):
             return E.select(args[0], args[1], args[2])
         raise InternalError(f"unsupported isl AST operation {op}")
 
-    def _stmt_names(self, node, out):
+    def _first_stmt(self, node):
         t = node.get_type()
         if t == isl.ast_node_type.user:
-            out.append(node.user_get_expr().get_op_arg(0).get_id().get_name())
-        elif t == isl.ast_node_type.for_:
-            self._stmt_names(node.for_get_body(), out)
-        elif t == isl.ast_node_type.if_:
-            self._stmt_names(node.if_get_then_node(), out)
-            if node.if_has_else_node():
-                self._stmt_names(node.if_get_else_node(), out)
-        elif t == isl.ast_node_type.block:
-            ch = node.block_get_children()
-            for i in range(ch.n_ast_node()):
-                self._stmt_names(ch.get_at(i), out)
-        elif t == isl.ast_node_type.mark:
-            self._stmt_names(node.mark_get_node(), out)
-        return out
+            return self.stmts[node.user_get_expr().get_op_arg(0).get_id().get_name()]
+        if t == isl.ast_node_type.for_:
+            return self._first_stmt(node.for_get_body())
+        if t == isl.ast_node_type.if_:
+            return self._first_stmt(node.if_get_then_node())
+        if t == isl.ast_node_type.block:
+            return self._first_stmt(node.block_get_children().get_at(0))
+        if t == isl.ast_node_type.mark:
+            return self._first_stmt(node.mark_get_node())
+        raise InternalError(f"unsupported isl AST node {t}")
 
     def node(self, node):
         t = node.get_type()
         if t == isl.ast_node_type.block:
             ch = node.block_get_children()
-            return ("block", [self.node(ch.get_at(i)) for i in range(ch.n_ast_node())])
+            return Block(tuple(self.node(ch.get_at(i)) for i in range(ch.n_ast_node())))
         if t == isl.ast_node_type.if_:
             cond = self.expr(node.if_get_cond())
             then = self.node(node.if_get_then_node())
             other = self.node(node.if_get_else_node()) if node.if_has_else_node() else None
-            return ("if", cond, then, other)
+            return If(cond, then, other)
         if t == isl.ast_node_type.user:
             call = node.user_get_expr()
-            name = call.get_op_arg(0).get_id().get_name()
-            stmt = self.program.by_name[name]
-            vals = [E.cast(self.expr(call.get_op_arg(i)), "int64")
-                    for i in range(1, call.get_op_n_arg())]
-            return ("user", stmt, vals)
+            stmt = self.stmts[call.get_op_arg(0).get_id().get_name()]
+            vals = tuple(E.cast(self.expr(call.get_op_arg(i)), "int64")
+                         for i in range(1, call.get_op_n_arg()))
+            return User(stmt, vals)
         if t == isl.ast_node_type.mark:
             return self.node(node.mark_get_node())
         if t == isl.ast_node_type.for_:
             it = node.for_get_iterator().get_id().get_name()
             dim = int(it[1:])
-            stmt = self.program.by_name[self._stmt_names(node.for_get_body(), [])[0]]
+            stmt = self._first_stmt(node.for_get_body())
             entry = stmt.sched[dim]
             if isinstance(entry, int):
                 raise InternalError(f"isl generated a loop for ordering dimension {dim}")
             iv = entry[0]
+            stage = self.program.iv_stage.get(iv, stmt.stage)
             var = E.Var(iv.name if len(entry) == 2 else f"{iv.name}.{entry[2]}", "int64")
             self.env[it] = var
             lo = E.cast(self.expr(node.for_get_init()), "int64")
             if node.for_is_degenerate():
-                body = self.node(node.for_get_body())
-                return ("let", iv, self.program.iv_stage.get(iv, stmt.stage), var, lo, body)
+                return Let(iv, stage, var, lo, self.node(node.for_get_body()))
             hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
             step = node.for_get_inc().get_val().to_python()
             body = self.node(node.for_get_body())
             part = tuple(entry[2:]) if len(entry) > 2 else None
-            return ("for", iv, self.program.iv_stage.get(iv, stmt.stage), var, lo, hi, step, body,
-                    part)
+            return Loop(iv, stage, var, lo, hi, step, body, part)
         raise InternalError(f"unsupported isl AST node {t}")
 
     def _upper(self, cond, it):
@@ -139,11 +213,130 @@ class AstConverter:
         raise InternalError(f"unexpected loop condition {cond.to_C_str()}")
 
 
+# -- full / partial tile separation -----------------------------------------------------------
+
+def _constant_loops(program, stmt):
+    """Schedule positions of the statement's loops that want a constant trip count
+    (vectorized or unrolled); None when the statement must not be cut."""
+    if stmt.kind not in ("compute", "init", "update"):
+        return None
+    dims = []
+    for d, e in enumerate(stmt.sched):
+        if isinstance(e, int):
+            continue
+        if len(e) > 2:                  # a part of a fuse over symbolic extents
+            return None
+        st = program.iv_stage.get(e[0], stmt.stage)
+        attr = st.attrs.get(e[0])
+        kind = attr.kind if attr is not None else "serial"
+        if kind == "thread":
+            return None
+        if kind in ("vectorize", "unroll"):
+            dims.append(d)
+    return dims
+
+
+def _largest_constant(pa):
+    """The largest constant piece of a piecewise quasi-affine function (None if none)."""
+    out = []
+
+    def piece(_set, aff):
+        if aff.is_cst():
+            v = aff.get_constant_val()
+            if v.is_int():
+                out.append(v.to_python())
+    pa.foreach_piece(piece)
+    return max(out) if out else None
+
+
+def _loop_cuts(program, width):
+    """``iv -> isl set of its full-tile values`` for every loop that bounds the trip count of a
+    vectorized or unrolled loop below it (1-D sets over the loop's value and the sizes)."""
+    cuts = {}
+    for s in program.statements:
+        dims = _constant_loops(program, s)
+        if not dims:
+            continue
+        rng = s.schedule_map(program, width).range()
+        for d in dims:
+            pre = rng.project_out(isl.dim_type.set, d + 1, width - d - 1)
+            fiber = isl.Map.from_range(pre).move_dims(isl.dim_type.in_, 0,
+                                                      isl.dim_type.out, 0, d)
+            lo = fiber.lexmin_pw_multi_aff().get_pw_aff(0)
+            hi = fiber.lexmax_pw_multi_aff().get_pw_aff(0)
+            ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
+            w = _largest_constant(isl.Map.from_pw_aff(ext).range().dim_max(0))
+            if w is None or w <= 1:
+                continue
+            dom = ext.domain()
+            ok = ext.ge_set(isl.PwAff.val_on_domain(dom, isl.Val(str(w))))
+            if ok.is_equal(dom):
+                continue                     # constant already
+            # the enclosing loop whose value alone decides it (a tile's outer loop)
+            for e in range(d - 1, -1, -1):
+                if isinstance(s.sched[e], int):
+                    continue
+                one = ok.project_out(isl.dim_type.set, e + 1, d - e - 1) \
+                    .project_out(isl.dim_type.set, 0, e)
+                lifted = one.insert_dims(isl.dim_type.set, 0, e).add_dims(
+                    isl.dim_type.set, d - e - 1)
+                if lifted.intersect(dom).is_equal(ok):
+                    iv = s.sched[e][0]
+                    one = one.coalesce()
+                    cuts[iv] = one if iv not in cuts else cuts[iv].intersect(one)
+                    break
+    return cuts
+
+
+def _pieces(program, width):
+    """isl name -> (Statement, domain): every statement under cut loops in pieces.
+
+    With cut loops ``c1, ..., ck`` (outermost first) above it, a statement becomes the pieces
+    "c1 partial", "c1 full and c2 partial", ..., "all full": at every cut loop the statements
+    below it split at the same value, so isl emits the full tiles as one loop and the partial
+    tile after it, each holding whole tile instances."""
+    cuts = _loop_cuts(program, width)
+    out = {}
+    for s in program.statements:
+        dom = s.domain_set(program)
+        mine = [(e, cuts[x[0]]) for e, x in enumerate(s.sched)
+                if not isinstance(x, int) and x[0] in cuts]
+        if not mine or s.kind not in ("compute", "init", "update"):
+            out[s.name] = (s, dom)
+            continue
+        smap = s.schedule_map(program, width)
+        space = smap.range().get_space()
+        full = isl.Set.universe(space)
+        for k, (e, one) in enumerate(mine):
+            here = one.insert_dims(isl.dim_type.set, 0, e).add_dims(
+                isl.dim_type.set, width - e - 1)
+            tail = smap.intersect_range(full.subtract(here)).domain().coalesce()
+            full = full.intersect(here)
+            if not tail.is_empty():
+                name = f"{s.name}_tail{k}"
+                out[name] = (s, tail.set_tuple_name(name))
+        part = smap.intersect_range(full).domain().coalesce()
+        if not part.is_empty():
+            out[s.name] = (s, part)
+    return out
+
+
 def generate(program):
-    """Run isl's AST generator on the program's schedule; returns the neutral loop tree."""
+    """Run isl's AST generator on the program's schedule; returns the loop tree."""
     if not program.statements:
-        return ("block", [])
+        return Block(())
+    width = program.sched_width()
+    pieces = _pieces(program, width)
+    smap = None
+    for name, (s, dom) in pieces.items():
+        m = s.schedule_map(program, width)
+        if name != s.name:
+            m = m.set_tuple_name(isl.dim_type.in_, name)
+        m = isl.UnionMap.from_map(m.intersect_domain(dom))
+        smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
-    smap = program.schedule_map()
+    if len(pieces) > len(program.statements):
+        dims = ", ".join(f"t{d}" for d in range(width))
+        build = build.set_options(isl.UnionMap(f"{{ [{dims}] -> separate[x] }}"))
     node = build.node_from_schedule_map(smap)
-    return AstConverter(program).node(node)
+    return AstConverter(program, {k: v[0] for k, v in pieces.items()}).node(node)

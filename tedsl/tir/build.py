@@ -6,6 +6,7 @@ arguments get an ``Allocate`` around the whole body.
 """
 from ..errors import ArgumentError, DefinitionError
 from ..ir import expr as E
+from ..poly import astgen as T
 from ..ir.functor import free_vars, substitute, transform
 from ..te.tensor import PlaceholderOp, Tensor
 from . import nodes as N
@@ -26,7 +27,6 @@ class BufferMap:
         self.intermediate = []
         self.attached = {}
         self.at_loop = {}
-        self.placed = set()
         from ..poly.scan import state_resolver
         self.resolve = state_resolver(self.schedule)
         seen_t = set()
@@ -173,73 +173,77 @@ def statement(stmt, vals, bufs, ivenv):
 
 
 def from_tree(tree, bufs, ivenv=None):
+    """The loop IR of a loop tree (``poly.astgen``'s nodes)."""
     ivenv = {} if ivenv is None else ivenv
-    kind = tree[0]
-    if kind == "block":
-        return N.seq([from_tree(c, bufs, ivenv) for c in tree[1]])
-    if kind == "if":
-        _, cond, then, other = tree
-        return N.IfThen(cond, from_tree(then, bufs, ivenv),
-                        from_tree(other, bufs, ivenv) if other is not None else None)
-    if kind == "user":
-        return statement(tree[1], tree[2], bufs, ivenv)
-    if kind == "let":
-        _, iv, stage, var, value, body = tree
+    t = type(tree)
+    if t is T.Block:
+        return N.seq([from_tree(c, bufs, ivenv) for c in tree.children])
+    if t is T.If:
+        return N.IfThen(tree.cond, from_tree(tree.then, bufs, ivenv),
+                        from_tree(tree.else_, bufs, ivenv) if tree.else_ is not None else None)
+    if t is T.User:
+        return statement(tree.stmt, list(tree.values), bufs, ivenv)
+    if t is T.Let:
         inner = dict(ivenv)
-        inner[iv] = var
-        return N.LetStmt(var, value, _with_allocs(iv, from_tree(body, bufs, inner), bufs, body))
-    if kind == "for":
-        _, iv, stage, var, lo, hi, step, body, part = tree
+        inner[tree.iv] = tree.var
+        return N.LetStmt(tree.var, tree.value, _body(tree.body, bufs, inner, tree.iv))
+    if t is T.Loop:
+        iv, stage, body = tree.iv, tree.stage, tree.body
         inner = dict(ivenv)
-        inner[iv] = var
+        inner[iv] = tree.var
         attr = stage.attrs.get(iv)
         k = _KINDS[attr.kind] if attr is not None else "serial"
         ann = tuple((n, v) for n, v in attr.pragmas) if attr is not None else ()
-        if part is not None:       # one part of a fuse over symbolic extents
+        if tree.part is not None:       # one part of a fuse over symbolic extents
             b = from_tree(body, bufs, inner)
-            ann = (("fuse_part", (iv, part[0], part[1], k,
+            ann = (("fuse_part", (iv, tree.part[0], tree.part[1], k,
                                   attr.thread_tag if attr is not None else "")),) + ann
-            return N.For(var, lo, hi, "serial", b, step, "", ann)
+            return N.For(tree.var, tree.lo, tree.hi, "serial", b, tree.step, "", ann)
         if k == "vectorized":
             ext = stage.extent(iv)
             ann += (("lanes", int(ext.value)),)
-        b = _with_allocs(iv, from_tree(body, bufs, inner), bufs, body)
-        return N.For(var, lo, hi, k, b, step, attr.thread_tag if attr is not None else "", ann)
-    raise DefinitionError(f"unknown loop tree node {kind}")
+        b = _body(body, bufs, inner, iv)
+        return N.For(tree.var, tree.lo, tree.hi, k, b, tree.step,
+                     attr.thread_tag if attr is not None else "", ann)
+    raise DefinitionError(f"unknown loop tree node {t.__name__}")
 
 
-def _with_allocs(iv, body, bufs, tree):
-    """Allocate the buffers attached at loop ``iv`` in the copies of it that compute them."""
+def _body(tree, bufs, ivenv, iv):
+    """The loop IR of the body of loop ``iv`` (None: the function's body) with attached buffers
+    allocated here.
+
+    An attached buffer lives in the innermost emitted loop at or above its attach point (never
+    outside a parallel loop).  isl emits no loop for a dimension of one value, and a separated
+    tail tile may have such a dimension where the full tiles have a loop, so the rule is per
+    path: the buffer is allocated at a loop of its chain around the run of children that use
+    it under no deeper loop of the chain."""
+    kids = _flat(tree)
+    groups = [([c], from_tree(c, bufs, ivenv)) for c in kids]
     for b in reversed(bufs.at_loop.get(iv, [])):
-        if _computes(tree, bufs.attached[b].stage):
-            body = N.Allocate(b, body)
-            bufs.placed.add(b)
-    return body
+        chain, stages = bufs.chains[b]
+        flags = [any(_open(c, chain, stages) for c in g[0]) for g in groups]
+        if not any(flags):
+            continue
+        i, j = flags.index(True), len(flags) - flags[::-1].index(True)
+        merged = [c for g in groups[i:j] for c in g[0]]
+        groups[i:j] = [(merged, N.Allocate(b, N.seq([g[1] for g in groups[i:j]])))]
+    return N.seq([g[1] for g in groups])
 
 
-def _loops_in(tree, out):
-    kind = tree[0]
-    if kind == "block":
-        for c in tree[1]:
-            _loops_in(c, out)
-    elif kind == "if":
-        _loops_in(tree[2], out)
-        if tree[3] is not None:
-            _loops_in(tree[3], out)
-    elif kind in ("for", "let"):
-        out.add(tree[1])
-        _loops_in(tree[5] if kind == "let" else tree[7], out)
+def _flat(tree):
+    if type(tree) is not T.Block:
+        return [tree]
+    return [x for c in tree.children for x in _flat(c)]
 
 
-def _computes(tree, stage):
-    kind = tree[0]
-    if kind == "user":
-        return tree[1].stage is stage
-    if kind == "block":
-        return any(_computes(c, stage) for c in tree[1])
-    if kind == "if":
-        return _computes(tree[2], stage) or (tree[3] is not None and _computes(tree[3], stage))
-    return _computes(tree[5] if kind == "let" else tree[7], stage)
+def _open(tree, chain, stages):
+    """Whether ``tree`` runs an instance of ``stages`` under no loop of ``chain``."""
+    t = type(tree)
+    if t is T.User:
+        return tree.stmt.stage in stages
+    if t in (T.Loop, T.Let) and tree.iv in chain:
+        return False
+    return any(_open(c, chain, stages) for c in T.children(tree))
 
 
 def build_func(program, tree, args, name):
@@ -248,22 +252,16 @@ def build_func(program, tree, args, name):
     for fp in program.footprints.values():      # register attached buffers before the walk
         for t in fp.stage.op.outputs:
             bufs.of(t)
-    # an attached buffer lives in the innermost emitted loop at or above its attach point
-    # (isl emits no loop for a dimension of one value): never outside a parallel loop
-    present = set()
-    _loops_in(tree, present)
-    bufs.at_loop = {}
+    # an attached buffer is allocated at the loops of its chain (its consumer's loops down to
+    # the attach point), around the statements of its producer and consumer (see _body)
+    bufs.at_loop, bufs.chains = {}, {}
     for b, fp in bufs.attached.items():
-        chain = list(fp.full_o_ivs)
         stop = fp.alloc_iv if fp.alloc_iv is not None else fp.iv
-        chain = [] if isinstance(stop, str) else chain[:chain.index(stop) + 1]
-        here = [v for v in chain if v in present]
-        if here:
-            bufs.at_loop.setdefault(here[-1], []).append(b)
-    body = from_tree(tree, bufs)
-    for b in bufs.attached:       # attached at a loop isl did not emit (a single iteration)
-        if b not in bufs.placed:
-            body = N.Allocate(b, body)
+        chain = [] if isinstance(stop, str) else fp.full_o_ivs[:fp.full_o_ivs.index(stop) + 1]
+        bufs.chains[b] = (set(chain), {fp.stage, fp.stage.attach_stage})
+        for v in chain + [None]:
+            bufs.at_loop.setdefault(v, []).append(b)
+    body = _body(tree, bufs, {}, None)
     for b in reversed(bufs.intermediate):
         body = N.Allocate(b, body)
     size_vars = {}
