@@ -13,7 +13,7 @@ loop bound and buffer size with isl instead of interval arithmetic.  This lesson
    and the region of a padded input computed per tile of a 3 × 3 stencil, compared with an
    interval hull.
 
-Every kernel is built and checked against numpy.  Everything here is small and fast; run it
+Every kernel is built and checked against numpy; the stencil's rows of tiles run in parallel.  Everything here is small and fast; run it
 with ``python tutorials/03_dependences_and_bounds.py``.
 """
 
@@ -43,7 +43,8 @@ def check(s, args, inputs, expected, name):
 # A reduction is computed in two statements: the *init* (``C[i, j] = 0``) and the *update*
 # (``C[i, j] = C[i, j] + A[i, k] * B[k, j]``).  ``te.analysis.dependences`` lists the pairs
 # of statement instances that must stay in order, with the kind (RAW: read after write, WAR,
-# WAW), the statements, the distance vector when it is constant, and the isl relation.
+# WAW), the statements, the distance along the loops they share (nonzero parts, in loop
+# names) and one pair of instances isl found.  The isl relation itself is ``dep.relation``.
 n = 16
 A = te.placeholder((n, n), "float32", name="A")
 B = te.placeholder((n, n), "float32", name="B")
@@ -55,7 +56,7 @@ for dep in te.analysis.dependences(s):
     print("  ", dep)
 
 # %%
-# Every dependence has distance ``(0, 0, 1)`` or joins the init to the first update: only the
+# Every dependence has distance ``k +1`` or joins the init to the first update: only the
 # ``k`` loop carries one.  So ``i`` and ``j`` may run in parallel, ``k`` may not.
 for iv in list(C.op.axis) + list(C.op.reduce_axis):
     print(f"is_parallel({iv.name}) = {te.analysis.is_parallel(s, C, iv)}")
@@ -176,6 +177,11 @@ check(s, [L, Bm, T], [l_, b_], np.tril(l_).astype(np.float64) @ b_, "trmm")
 # only the part of ``P`` its 9 taps touch.  isl derives that region exactly, as a function of
 # the tile loops ``y.outer`` and ``x.outer``: rows ``8 y.outer .. 8 y.outer + 9`` and the same
 # for the columns, i.e. a **10 × 10** buffer, indexed from the tile's corner.
+#
+# The rows of tiles then run in parallel, as in TVM: ``parallel(y.outer)``.  Neighbouring tiles
+# compute overlapping parts of ``P``, but each tile gets its own buffer (it is allocated inside
+# ``x.outer``), so the dependence analysis treats every allocation as a separate array and
+# finds nothing that crosses ``y.outer``.
 TILE = 8
 
 
@@ -201,11 +207,25 @@ I, P, O = box_filter(H, W)
 s = te.create_schedule(O)
 yo, xo, yi, xi = s[O].tile(O.op.axis[0], O.op.axis[1], TILE, TILE)
 s[P].compute_at(s[O], xo)
+print("is_parallel(y.outer) =", te.analysis.is_parallel(s, O, yo))
+s[O].parallel(yo)
 lowered = str(te.lower(s, [I, O]))
 print(lowered)
-assert "float32[10, 10]" in lowered
+assert "float32[10, 10]" in lowered and "for y.outer in parallel(" in lowered
 img = rng.random((H, W), dtype=np.float32)
 check(s, [I, O], [img], box_reference(img), "box_per_tile")
+
+# %%
+# What stays refused is a loop whose iterations really share data.  Inside one tile, ``O``
+# adds its 9 taps into the same output element: the reduction loop ``r`` carries that
+# accumulation, and the message says so in the schedule's own names (the call, the tensor and
+# stages, the distance, one pair of iterations isl found, and what to do instead).
+try:
+    s[O].parallel(O.op.reduce_axis[0])
+except te.ScheduleError as err:
+    print(f"refused:\n{err}")
+else:
+    raise AssertionError("parallel(r) should have been refused")
 
 # %%
 # Compare with an *interval hull*: a bound inference that describes the region by one interval
