@@ -37,18 +37,20 @@ def build(s, args=None, target="llvm", name="main"):
 def build_llvm(func, tgt):
     lowered = str(func)
     func = unroll(func)
-    cpu.init_threads()
+    threads = cpu.init_threads()
     abi = cpu.numpy_abi()
-    cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), abi)
-    cpu_name, feats = target_mod.host_cpu()
-    if tgt.mcpu:
-        cpu_name, feats = tgt.mcpu, ""
+    cpu_name, feats = target_mod.cpu_and_features(tgt)
+    cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), abi, tgt.num_threads or 0)
+    if cg.n_par and not threads:
+        cpu.warn_serial(func.name)
     text = llvm_codegen.module_text(cg, cpu_name, feats)
-    engine = JitEngine(text, tgt.mcpu)
+    engine = JitEngine(text, tgt.mcpu, feats)
     name = cg.name
     fast = engine.address(f"{name}_pyentry") if abi is not None and \
         all(isinstance(p, N.Buffer) for p in func.params) else None
     sig = signature_of(func)
+    if tgt.num_threads:
+        sig["num_threads"] = tgt.num_threads      # the module's default, also once exported
     if cg.checks_indices:
         sig["checks_indices"] = True
         fast = None        # the checked path keeps the outputs to restore them on failure

@@ -290,3 +290,134 @@ def test_long_vectorized_loop_with_symbolic_outer_bound(rng):
         b = np.full_like(a, np.nan)
         mod(a, b)
         np.testing.assert_allclose(b, a * 3 - 1, rtol=1e-6, atol=1e-6)
+
+
+# -- nothing silently dropped: target options, libgomp, unroll ----------------------------------
+
+def _vec_kernel(n=256):
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: A[i] * 2 + 1, name="B")
+    s = te.create_schedule(B)
+    o, i = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(i)
+    s[B].parallel(o)
+    return s, A, B
+
+
+def _host_has(feature):
+    from tedsl.codegen.target import host_cpu
+    return f"+{feature}" in host_cpu()[1].split(",")
+
+
+@pytest.mark.skipif(not _host_has("avx512f"), reason="needs an AVX-512 host")
+def test_mattr_reaches_the_target_machine(rng):
+    s, A, B = _vec_kernel()
+    wide = te.build(s, [A, B])
+    narrow = te.build(s, [A, B], target="llvm -mattr=-avx512f")
+    assert "zmm" in wide.get_source("asm")
+    asm = narrow.get_source("asm")
+    assert "zmm" not in asm and "ymm" in asm
+    a = rng.standard_normal(256).astype(np.float32)
+    b = np.full_like(a, np.nan)
+    narrow(a, b)
+    np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6, atol=1e-6)
+
+
+def test_mattr_and_num_threads_are_checked():
+    s, A, B = _vec_kernel()
+    for target, err, msg in [
+            ("llvm -mattr=avx2", te.ArgumentError, r"each with \+ or -"),
+            ("llvm -mattr=+nosuchfeature", te.ArgumentError, r"'nosuchfeature' is not an LLVM"),
+            ("llvm -num-threads=0", te.ArgumentError, r"positive integer"),
+            ("llvm -num-threads=two", te.ArgumentError, r"positive integer"),
+            ("cuda -mattr=+avx2", te.ArgumentError, r"-mattr is an llvm")]:
+        with pytest.raises(err, match=msg):
+            te.build(s, [A, B], target=target)
+
+
+def test_mattr_feature_the_host_lacks_is_refused():
+    from tedsl.codegen.target import host_cpu
+    missing = [f[1:] for f in host_cpu()[1].split(",") if f.startswith("-")]
+    if not missing:
+        pytest.skip("the host has every feature")
+    s, A, B = _vec_kernel()
+    with pytest.raises(te.errors.TargetUnavailableError, match=f"lacks {missing[0]}"):
+        te.build(s, [A, B], target=f"llvm -mattr=+{missing[0]}")
+
+
+def test_num_threads_target_option_sets_the_default(tmp_path, rng):
+    import ctypes
+    s, A, B = _vec_kernel()
+    mod = te.build(s, [A, B], target="llvm -num-threads=3")
+    assert ctypes.c_int32.from_address(mod._threads_addr).value == 3
+    a = rng.standard_normal(256).astype(np.float32)
+    b = np.full_like(a, np.nan)
+    mod(a, b)
+    np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6, atol=1e-6)
+    mod.set_num_threads(2)
+    assert ctypes.c_int32.from_address(mod._threads_addr).value == 2
+    lib = te.load_module(mod.export_library(str(tmp_path / "k.so")))
+    assert ctypes.c_int32.from_address(lib._threads_addr).value == 3
+    b = np.full_like(a, np.nan)
+    lib(a, b)
+    np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6, atol=1e-6)
+
+
+NO_GOMP = """
+import warnings, numpy as np
+import tedsl.runtime.cpu as cpu
+cpu.gomp_candidates = lambda: []
+import tedsl as te
+A = te.placeholder((1000,), "float32", name="A")
+B = te.compute((1000,), lambda i: A[i] * 2, name="B")
+s = te.create_schedule(B); s[B].parallel(B.op.axis[0])
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    m = te.build(s, [A, B])
+    m2 = te.build(s, [A, B])
+msgs = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+assert len(msgs) == 1 and "libgomp" in msgs[0] and "one thread" in msgs[0], msgs
+a = np.arange(1000, dtype=np.float32); b = np.full_like(a, np.nan); m(a, b)
+assert (b == a * 2).all()
+print("ok")
+"""
+
+
+def test_missing_libgomp_warns_once():
+    r = subprocess.run([sys.executable, "-c", NO_GOMP], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_unroll_above_the_limit_is_refused(rng):
+    A = te.placeholder((2000,), "float32", name="A")
+    B = te.compute((2000,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    s[B].unroll(B.op.axis[0])
+    with pytest.raises(te.ScheduleError, match=r"s\[B\]\.unroll\(i\): the loop has 2000 "
+                                               r"iterations, more than the unroll limit of 1024"
+                                               r".*split") as ei:
+        te.build(s, [A, B])
+    assert len(str(ei.value)) <= 600
+    # the suggested fix works
+    s = te.create_schedule(B)
+    o, i = s[B].split(B.op.axis[0], factor=8)
+    s[B].unroll(i)
+    mod = te.build(s, [A, B])
+    a = rng.standard_normal(2000).astype(np.float32)
+    b = np.full_like(a, np.nan)
+    mod(a, b)
+    np.testing.assert_allclose(b, a * 2)
+
+
+def test_unroll_at_the_limit_is_unrolled(rng):
+    A = te.placeholder((1024,), "float32", name="A")
+    B = te.compute((1024,), lambda i: A[i] + 1, name="B")
+    s = te.create_schedule(B)
+    s[B].unroll(B.op.axis[0])
+    mod = te.build(s, [A, B])
+    assert "for.i" not in mod.get_source("ll-raw")
+    a = rng.standard_normal(1024).astype(np.float32)
+    b = np.full_like(a, np.nan)
+    mod(a, b)
+    np.testing.assert_allclose(b, a + 1)

@@ -76,7 +76,7 @@ def written_buffers(func):
 
 
 class LLVMCodegen(ExprEmitter):
-    def __init__(self, func, vector_bits=512, fast_entry_abi=None):
+    def __init__(self, func, vector_bits=512, fast_entry_abi=None, num_threads=0):
         self.func = func
         self.name = re.sub(r"[^A-Za-z0-9_]", "_", func.name)
         self.module = ir.Module(name=self.name)
@@ -91,7 +91,7 @@ class LLVMCodegen(ExprEmitter):
         self.n_par = 0
         self.in_parallel = False
         self.nthreads = ir.GlobalVariable(self.module, I32, name=f"{self.name}_num_threads")
-        self.nthreads.initializer = ir.Constant(I32, 0)
+        self.nthreads.initializer = ir.Constant(I32, num_threads)     # 0: OpenMP's default
         self.lane_start_var = None
         self.checks_indices = False
 
@@ -775,8 +775,9 @@ def module_text(cg, cpu, features):
     return text + "\nattributes #0 = { " + " ".join(attrs) + " }\n"
 
 
-def generate(func, vector_bits=512, fast_entry_abi=None):
-    """Emit the LLVM module of a lowered function; returns the codegen object."""
-    cg = LLVMCodegen(func, vector_bits, fast_entry_abi)
+def generate(func, vector_bits=512, fast_entry_abi=None, num_threads=0):
+    """Emit the LLVM module of a lowered function; returns the codegen object.
+    ``num_threads`` initialises ``NAME_num_threads`` (0: OpenMP's default)."""
+    cg = LLVMCodegen(func, vector_bits, fast_entry_abi, num_threads)
     cg.emit()
     return cg

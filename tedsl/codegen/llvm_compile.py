@@ -20,7 +20,8 @@ def target_machine(mcpu=None, features=None, reloc="default"):
     from .target import host_cpu
     name, feats = host_cpu()
     if mcpu is None:
-        mcpu, features = name, feats if features is None else features
+        mcpu = name
+        features = feats if features is None else features
     tgt = llvm.Target.from_triple(llvm.get_process_triple())
     return tgt.create_target_machine(cpu=mcpu, features=features or "", opt=3, reloc=reloc,
                                      codemodel="jitdefault" if reloc == "default" else "default")
@@ -65,9 +66,9 @@ def optimize(ll_text, tm):
 class JitEngine:
     """An MCJIT engine holding one optimised module; keeps its TargetMachine alive."""
 
-    def __init__(self, ll_text, mcpu=None):
+    def __init__(self, ll_text, mcpu=None, features=None):
         llvm = init_llvm()
-        self.tm = target_machine(mcpu)
+        self.tm = target_machine(mcpu, features)
         self.module = optimize(ll_text, self.tm)
         self.engine = llvm.create_mcjit_compiler(self.module, self.tm)
         self.engine.finalize_object()
@@ -86,8 +87,8 @@ class JitEngine:
         return self._asm
 
 
-def emit_object(ll_text, mcpu=None):
+def emit_object(ll_text, mcpu=None, features=None):
     """Position-independent object code for a shared library."""
-    tm = target_machine(mcpu, reloc="pic")
+    tm = target_machine(mcpu, features, reloc="pic")
     mod = optimize(ll_text, tm)
     return tm.emit_object(mod)

@@ -1,7 +1,14 @@
-"""Targets: ``"llvm"``, ``"llvm -mcpu=NAME"``, ``"cuda"``, ``"cuda -arch=sm_90"``."""
-import functools
+"""Targets: ``"llvm"``, ``"llvm -mcpu=NAME"``, ``"cuda"``, ``"cuda -arch=sm_90"``.
 
-from ..errors import ArgumentError
+CPU options: ``-mcpu=NAME`` (the CPU to tune and select instructions for), ``-mattr=+f,-g``
+(LLVM target features added to or removed from the CPU's, e.g. ``-mattr=-avx512f`` for 256-bit
+vectors) and ``-num-threads=N`` (the module's default thread count for parallel loops; the
+module's ``set_num_threads`` still changes it).
+"""
+import functools
+import re
+
+from ..errors import ArgumentError, TargetUnavailableError
 
 
 class Target:
@@ -14,6 +21,15 @@ class Target:
     @property
     def mcpu(self):
         return self.options.get("mcpu")
+
+    @property
+    def mattr(self):
+        return self.options.get("mattr")
+
+    @property
+    def num_threads(self):
+        v = self.options.get("num-threads")
+        return None if v is None else int(v)
 
     @property
     def arch(self):
@@ -48,6 +64,17 @@ def parse(target):
         opts[k] = v
     if parts[0] == "llvm" and "arch" in opts:
         raise ArgumentError(f"target {target!r}: -arch is a cuda option; use -mcpu for llvm")
+    for k in ("mattr", "num-threads"):
+        if k in opts and parts[0] != "llvm":
+            raise ArgumentError(f"target {target!r}: -{k} is an llvm (CPU) option")
+    if "mattr" in opts and not re.fullmatch(r"[+-][\w.][\w.-]*(,[+-][\w.][\w.-]*)*",
+                                            opts["mattr"]):
+        raise ArgumentError(f"target {target!r}: -mattr takes LLVM features, each with + or -, "
+                            "separated by commas, e.g. -mattr=+avx2,-avx512f")
+    if "num-threads" in opts and not (opts["num-threads"].isdigit() and
+                                      int(opts["num-threads"]) > 0):
+        raise ArgumentError(f"target {target!r}: -num-threads takes a positive integer, got "
+                            f"{opts['num-threads']!r}")
     return Target(parts[0], opts)
 
 
@@ -59,8 +86,48 @@ def host_cpu():
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
+def cpu_and_features(target):
+    """``(cpu, features)`` for LLVM: the host's (or ``-mcpu``'s), then ``-mattr`` applied."""
+    name, feats = host_cpu()
+    if target.mcpu:
+        name, feats = target.mcpu, ""
+    if target.mattr:
+        check_mattr(target)
+        feats = ",".join(f for f in (feats, target.mattr) if f)    # the later entry wins
+    return name, feats
+
+
+def check_mattr(target):
+    """Refuse ``-mattr`` features LLVM does not know, and (without ``-mcpu``) features the host
+    CPU lacks: code using them would stop with an illegal instruction."""
+    host = {f[1:]: f[0] == "+" for f in host_cpu()[1].split(",") if f}
+    for f in target.mattr.split(","):
+        name = f[1:]
+        if name not in host:
+            raise ArgumentError(f"target '{target}': -mattr feature {name!r} is not an LLVM "
+                                f"feature of this CPU family (e.g. avx2, avx512f, fma)")
+        if f[0] == "+" and not host[name] and target.mcpu is None:
+            raise TargetUnavailableError(
+                f"target '{target}': this CPU lacks {name}; code using it would stop with an "
+                f"illegal instruction (remove +{name}, or set -mcpu to build for another CPU)")
+
+
 def vector_bits(target):
     """The preferred SIMD register width in bits for a CPU target."""
+    bits = _cpu_vector_bits(target)
+    for f in (target.mattr or "").split(","):
+        if f in ("-avx512f",):
+            bits = min(bits, 256)
+        elif f in ("-avx", "-avx2"):
+            bits = min(bits, 128)
+        elif f == "+avx512f":
+            bits = max(bits, 512)
+        elif f in ("+avx", "+avx2"):
+            bits = max(bits, 256)
+    return bits
+
+
+def _cpu_vector_bits(target):
     name, feats = host_cpu()
     cpu = target.mcpu or name
     if target.mcpu is None and "+avx512f" in feats.split(","):

@@ -4,6 +4,7 @@ import ctypes.util
 import functools
 import os
 import struct
+import warnings
 
 import numpy as np
 
@@ -79,9 +80,7 @@ def init_threads():
     """Make ``GOMP_parallel`` and ``omp_get_*`` resolvable by JIT code; returns True if real."""
     from ..codegen.llvm_compile import init_llvm
     llvm = init_llvm()
-    names = [os.environ.get("TEDSL_GOMP_PATH"), ctypes.util.find_library("gomp"),
-             "libgomp.so.1"]
-    for n in names:
+    for n in gomp_candidates():
         if not n:
             continue
         try:
@@ -99,6 +98,24 @@ def init_threads():
     for name, f in zip(("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"), keep):
         llvm.add_symbol(name, ctypes.cast(f, ctypes.c_void_p).value)
     return False
+
+
+def gomp_candidates():
+    """Where to look for libgomp: ``TEDSL_GOMP_PATH``, the linker's search, the usual soname."""
+    return [os.environ.get("TEDSL_GOMP_PATH"), ctypes.util.find_library("gomp"), "libgomp.so.1"]
+
+
+_WARNED = []
+
+
+def warn_serial(name):
+    """Say once per process that parallel loops run on one thread (libgomp is missing)."""
+    if _WARNED:
+        return
+    _WARNED.append(name)
+    warnings.warn(f"{name}: libgomp (the OpenMP runtime) was not found, so parallel loops run "
+                  "on one thread; install it (e.g. the libgomp1 package) or set "
+                  "TEDSL_GOMP_PATH to its path", RuntimeWarning, stacklevel=3)
 
 
 def num_threads():

@@ -40,6 +40,9 @@ def _header(sig):
               " * data-dependent index is out of bounds. */",
               f"int32_t {sig['name']}(uint64_t *slots);",
               f"extern int32_t {sig['name']}_num_threads;  /* 0: OpenMP's default */", ""]
+    if sig.get("num_threads"):
+        lines[-2:-1] = [lines[-2], f"/* {sig['name']}_num_threads starts at {sig['num_threads']} "
+                        "(the target's -num-threads). */"]
     return "\n".join(lines)
 
 
@@ -59,16 +62,15 @@ def export_library(module, path):
         raise CompileError("export_library needs a C compiler driver (cc, gcc or clang) on the "
                            "PATH to link the shared library; set CC to one")
     tgt = module._target
-    cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), None)
-    cpu, feats = target_mod.host_cpu()
-    if tgt.mcpu:
-        cpu, feats = tgt.mcpu, ""
+    cpu, feats = target_mod.cpu_and_features(tgt)
+    cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), None,
+                               module.signature.get("num_threads", 0))
     text = llvm_codegen.module_text(cg, cpu, feats)
     js = signature_json(module.signature)
     n = len(js.encode()) + 1
     text += (f'\n@"{cg.name}_tedsl_signature" = constant [{n} x i8] '
              f'c"{_c_string(js)}\\00"\n')
-    obj = emit_object(text, tgt.mcpu)
+    obj = emit_object(text, tgt.mcpu, feats)
     with tempfile.TemporaryDirectory() as d:
         o = os.path.join(d, f"{cg.name}.o")
         with open(o, "wb") as f:

@@ -40,8 +40,9 @@ class Module:
         if fast_addr:
             proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * self._nparams))
             self._fast = proto(fast_addr)
-        if threads_addr:
-            ctypes.c_int32.from_address(threads_addr).value = cpu.num_threads()
+        if threads_addr:    # the target's -num-threads, else TEDSL_NUM_THREADS / the cores
+            ctypes.c_int32.from_address(threads_addr).value = \
+                sig.get("num_threads") or cpu.num_threads()
         self._threads_addr = threads_addr
 
     def __call__(self, *args):

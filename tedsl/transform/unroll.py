@@ -11,13 +11,17 @@ After::
     C[i] = C[i] + A[i, k.outer * 4 + 1]
     ...
 
-A loop whose bounds are not constant (a tail under a non-dividing split) stays a loop.
+A loop whose bounds are not constant (a tail under a non-dividing split) stays a loop when no
+constant bounds its trip count; more than ``MAX_UNROLL`` iterations are refused (ScheduleError):
+that much straight-line code is never what a schedule wants, and silently keeping the loop would
+drop the directive.
 """
+from ..errors import ScheduleError
 from ..ir import expr as E
 from ..ir.functor import substitute
 from ..ir.simplify import simplify
 from ..tir import nodes as N
-from ..tir.functor import rewrite
+from ..tir.functor import rewrite, visit
 
 MAX_UNROLL = 1024
 
@@ -30,6 +34,13 @@ def _stmt(s):
     if type(s) is N.For and s.kind == "unrolled":
         lo = simplify(s.lo)
         ext = simplify(E.binary("sub", s.hi, s.lo))
+        trips = -(-ext.value // s.step) if isinstance(ext, E.Const) else _max_trip(ext)
+        if trips is not None and trips > MAX_UNROLL:
+            t = _stage_name(s.body)
+            raise ScheduleError(
+                f"s[{t}].unroll({s.var.name}): the loop has {trips} iterations, more than the "
+                f"unroll limit of {MAX_UNROLL}; split it and unroll the inner part: "
+                f"outer, inner = s[{t}].split({s.var.name}, factor=8); s[{t}].unroll(inner)")
         if isinstance(ext, E.Const) and ext.value // s.step <= MAX_UNROLL:
             # a constant trip count (the bounds may move with outer loops)
             return N.seq([_subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i)))
@@ -43,6 +54,14 @@ def _stmt(s):
         return s.replace(kind="serial")
 
 
+def _stage_name(body):
+    """The tensor the loop computes: the last one its body stores (attached producers come
+    first)."""
+    names = []
+    visit(body, lambda x: names.append(x.buffer.name) if type(x) is N.Store else None)
+    return names[-1] if names else "T"
+
+
 def _max_trip(ext):
     """The largest trip count of an extent that is ``min(c, ...)``, else None."""
     if type(ext) is E.Binary and ext.op == "min":
@@ -50,7 +69,6 @@ def _max_trip(ext):
         return min(vals) if vals else None
     if isinstance(ext, E.Const):
         return int(ext.value)
-    return None
     return None
 
 
