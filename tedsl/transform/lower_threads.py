@@ -15,10 +15,13 @@ becomes ``main_kernel0``, launched with grid ``((n + 63) // 64)`` and block ``(6
 
 Rules, in the order the passes apply them:
 
-* The grid size along a ``blockIdx`` axis is the loop's extent, evaluated on the host from
-  the sizes at call time (an upper bound when it depends on an outer block index).  The
-  block size along a ``threadIdx`` axis is the largest constant bound of the extents of the
-  loops bound to it; loops bound to the same axis share the index.  A guard is added only
+* Launch extents are exact iteration counts computed by isl
+  (:class:`tedsl.poly.threads.LoopNest`) over the enclosing loops, whose bounds are isl's
+  own: the grid size along a ``blockIdx`` axis is the largest trip count of its loop, an
+  expression of the sizes evaluated on the host at call time (the largest over the outer
+  block indices when it depends on them); the block size along a ``threadIdx`` axis is the
+  largest trip count of the loops bound to it over all sizes, which must be a constant;
+  loops bound to the same axis share the index.  A guard is added only
   where a loop's extent can be smaller than the launch dimension.  ``vthread`` loops run as
   unrolled serial loops inside each thread.
 * ``global`` temporaries cannot live inside a kernel; ``shared`` buffers must be allocated
@@ -39,9 +42,10 @@ Rules, in the order the passes apply them:
 from ..errors import ScheduleError
 from ..ir import dtype as dt
 from ..ir import expr as E
-from ..ir.functor import free_vars, transform, walk
+from ..ir.functor import free_vars, substitute, transform, walk
 from ..ir.printer import expr_str
 from ..ir.simplify import simplify
+from ..poly.threads import LoopNest
 from ..tir import nodes as N
 from ..tir.functor import map_exprs
 from .thread_analysis import (CrossThreadReduce, accesses, affine, canonical, children,
@@ -58,8 +62,8 @@ _IDENTITY_OPS = ("add", "mul", "min", "max", "bitand", "bitor", "bitxor")
 class Kernel:
     """One ``__global__`` function: its body, launch geometry and shared buffers.
 
-    ``grid`` maps a ``blockIdx`` tag to ``(extent, context)`` where ``context`` lists the
-    enclosing loops (and lets) the extent may depend on; ``block`` holds the constant
+    ``grid`` maps a ``blockIdx`` tag to ``(extent, [])``: the largest iteration count of the
+    loop bound to it, an expression of the sizes (isl, exact); ``block`` holds the constant
     ``threadIdx`` sizes (x, y, z).
     """
 
@@ -74,17 +78,13 @@ class Kernel:
         """The grid ``(x, y, z)`` for the sizes in ``env`` (name -> int)."""
         out = []
         for tag in BLOCK_TAGS:
-            ext, ctx = self.grid.get(tag, (E.Const(1, "int64"), []))
-            inner = {o.var for o in ctx}
-            exprs = [ext] + [x for o in ctx for x in ((o.lo, o.hi) if type(o) is N.For
-                                                      else (o.value,))]
-            ranges = {v: (env[v.name], env[v.name]) for e in exprs for v in free_vars(e)
-                      if v.name in env and v not in inner}
-            hi = interval(ext, _ranges(ctx, ranges))[1]
-            if hi is None:
-                raise ScheduleError(f"{self.name}: cannot bound the extent {expr_str(ext)} of "
-                                    f"the loop bound to {tag}")
-            out.append(max(0, hi))
+            ext, _ = self.grid.get(tag, (E.Const(1, "int64"), []))
+            value = simplify(substitute(ext, {v: E.Const(env[v.name], v.dtype)
+                                              for v in free_vars(ext) if v.name in env}))
+            if type(value) is not E.Const:
+                raise ScheduleError(f"{self.name}: cannot evaluate the extent {expr_str(ext)} "
+                                    f"of the loop bound to {tag} from the sizes")
+            out.append(max(0, int(value.value)))
         return tuple(out)
 
 
@@ -172,7 +172,7 @@ def _lower_kernel(func, s, name):
             f"stage {stage} has no loop bound to blockIdx/threadIdx; bind its loops (e.g. "
             f"s[{stage.split(',')[0]}].bind(axis, te.thread_axis(\"blockIdx.x\"))) or compute "
             "it inside a bound loop (compute_at); code between kernels is not supported")
-    grid, block, guard = _launch(s, name)
+    grid, block, guard = _launch(s, name, func.size_vars)
     _check_scopes(s)
     s = rewrite(s, _reduce_across_threads)
     s = rewrite(s, lambda a: _privatize(a, block))
@@ -203,7 +203,28 @@ def _lower_kernel(func, s, name):
     return Kernel(name, s, grid, block, shared)
 
 
-def _launch(s, name):
+def _nest(stack, sizes):
+    """The enclosing loops, definitions and conditions of ``stack`` as an isl loop nest."""
+    ctx = []
+    for o in stack:
+        if type(o) is N.For:
+            ctx.append((o.var, o.lo, o.hi, o.step))
+        elif type(o) is N.LetStmt:
+            ctx.append((o.var, o.value))
+        elif type(o) is N.IfThen and o.else_ is None:
+            ctx.append((None, o.cond))
+    return LoopNest(ctx, sizes)
+
+
+def _trips(loop, stack, sizes):
+    """The most iterations ``loop`` has anywhere (isl, exact); None if unbounded."""
+    return _nest(stack, sizes).max_trips(loop.lo, loop.hi, loop.step)
+
+
+def _launch(s, name, sizes):
+    """Grid and block sizes from the exact iteration counts of the bound loops; returns
+    ``(grid, block, guard)``: ``guard`` maps a bound loop's variable to whether some thread
+    (block) index has no iteration of it."""
     loops = {t: [] for t in BLOCK_TAGS + THREAD_TAGS}
 
     def visit(x, stack):
@@ -213,13 +234,13 @@ def _launch(s, name):
         if not _is_bound(x, loops):
             return
         tag = x.thread_tag
-        for o in stack:
+        for k, o in enumerate(stack):
             if type(o) is N.For and o.thread_tag == tag:
                 # a stage computed inside thread loops (a cooperative load into shared
                 # memory): its loop bound to the same index runs as those threads, which
                 # must be enough to cover it
-                inner = interval(_extent(x), _ranges(stack))[1]
-                outer = interval(_extent(o), _ranges(stack))[1]
+                inner = _trips(x, stack, sizes)
+                outer = _trips(o, stack[:k], sizes)
                 if tag in BLOCK_TAGS or inner is None or outer is None or inner > outer:
                     raise ScheduleError(
                         f"loop {x.var.name} is bound to {tag} inside loop {o.var.name}, which "
@@ -237,12 +258,11 @@ def _launch(s, name):
     for tag in THREAD_TAGS:
         size = 1
         for loop, stack in loops[tag]:
-            ext = _extent(loop)
-            hi = interval(ext, _ranges(stack))[1]
-            if hi is None or hi > 1024 and not isinstance(ext, E.Const):
+            hi = _trips(loop, stack, sizes)
+            if hi is None:
                 raise ScheduleError(
                     f"loop {loop.var.name} is bound to {tag} but its extent "
-                    f"{expr_str(ext)} has no constant bound; threadIdx extents must "
+                    f"{expr_str(_extent(loop))} has no constant bound; threadIdx extents must "
                     "be constants: split the loop by a constant factor and bind the inner one")
             size = max(size, hi)
         for loop, _ in loops[tag]:
@@ -261,9 +281,15 @@ def _launch(s, name):
                 "has not written yet; compute the producer at the root (its own kernel)")
         for loop, stack in loops[tag]:
             ext = _extent(loop)
-            ctx = [o for o in stack if type(o) in (N.For, N.LetStmt)]
-            grid[tag] = (ext, ctx)
-            guard[loop.var] = any(v in {o.var for o in ctx} for v in free_vars(ext))
+            count = _nest(stack, sizes).max_trips_expr(loop.lo, loop.hi, loop.step)
+            if count is None:
+                raise ScheduleError(
+                    f"{name}: cannot bound the extent {expr_str(ext)} of loop {loop.var.name}, "
+                    f"which is bound to {tag}, by the sizes; bind a loop whose bounds are "
+                    "affine in the sizes and the enclosing block loops")
+            grid[tag] = (simplify(count), [])
+            inner = {o.var for o in stack if type(o) in (N.For, N.LetStmt)}
+            guard[loop.var] = any(v in inner for v in free_vars(ext))
     return grid, tuple(block), guard
 
 
