@@ -62,3 +62,64 @@ def test_fuse_of_two_fused_symbolic_loops(rng):
     for shape in [(1, 1, 1, 1), (2, 3, 4, 5)]:
         x = rand(rng, shape)
         check_kernel(s, [A, B], [x], x + 1, mod=mod)
+
+
+# -- fused then split: explicit dimensions keep isl's AST generation fast -------------------------
+
+def fused3():
+    A = te.placeholder((18, 23, 13), "float32", name="A")
+    B = te.compute((18, 23, 13), lambda i, j, k: A[i, j, k] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B)
+    return A, B, s, s[B].fuse(*B.op.axis)
+
+
+def timed_lower(s, args):
+    t = time.perf_counter()
+    te.lower(s, args)
+    return time.perf_counter() - t
+
+
+@pytest.mark.parametrize("how", ["factor", "nparts", "factor_then_nparts", "nparts_then_factor"])
+def test_fuse_of_three_loops_then_split_builds_fast(how, rng):
+    A, B, s, f = fused3()
+    if how == "factor":
+        s[B].split(f, factor=6)
+    elif how == "nparts":
+        s[B].split(f, nparts=7)
+    elif how == "factor_then_nparts":
+        o, _ = s[B].split(f, factor=6)        # took 25 s in isl's AST generator
+        s[B].split(o, nparts=7)
+    else:
+        _, i = s[B].split(f, nparts=7)        # took 62 s
+        s[B].split(i, factor=6)
+    assert timed_lower(s, [A, B]) < 2.0
+    a = rand(rng, (18, 23, 13))
+    check_kernel(s, [A, B], [a], a * 2 + 1)
+
+
+def test_tile_fuse_tile_builds_fast(rng):
+    A = te.placeholder((18, 23), "float32", name="A")
+    B = te.compute((18, 23), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B)
+    io, jo, ii, ji = s[B].tile(B.op.axis[0], B.op.axis[1], 4, 5)
+    f = s[B].fuse(jo, ii)
+    s[B].tile(f, ji, 3, 2)
+    assert timed_lower(s, [A, B]) < 2.0
+    a = rand(rng, (18, 23))
+    check_kernel(s, [A, B], [a], a * 2 + 1)
+
+
+def test_fused_reduction_loops_split_and_attached(rng):
+    # a fuse of reduction loops, split again, with a producer attached at the fused loop
+    A = te.placeholder((5, 6, 7), "float32", name="A")
+    P = te.compute((5, 6, 7), lambda i, j, k: A[i, j, k] * 0.5, name="P")
+    r1, r2 = te.reduce_axis((0, 6), name="r1"), te.reduce_axis((0, 7), name="r2")
+    C = te.compute((5,), lambda i: te.sum(P[i, r1, r2], axis=[r1, r2]), name="C")
+    s = te.create_schedule(C)
+    f = s[C].fuse(r1, r2)
+    fo, fi = s[C].split(f, factor=4)
+    s[P].compute_at(s[C], fo)
+    s[C].parallel(C.op.axis[0])
+    assert timed_lower(s, [A, C]) < 2.0
+    a = rand(rng, (5, 6, 7))
+    check_kernel(s, [A, C], [a], (a.astype(np.float64) * 0.5).sum(axis=(1, 2)), rtol=1e-5)

@@ -8,7 +8,8 @@ loop-carried dependence ``t - 1 -> t``.
 from ..errors import ScheduleError
 from ..te.tensor import ScanOp
 from .convert import aff
-from .program import Statement, _range_constraints, inline_body, leaf_values, loop_entries
+from .program import (Statement, _extra_cons, _extra_dims, _range_constraints, inline_body,
+                      leaf_values, loop_entries)
 
 
 def scan_members(schedule):
@@ -57,7 +58,8 @@ def scan_statements(stage, prefix, names, schedule, counter):
     counter[0] += 1
     body = tuple(inline_body(t.op.body[t.value_index], schedule) for t in op.init)
     out.append(Statement(f"S{counter[0]}_{tag}_init", ist, "scan_init",
-                         [a.var for a in init_op.axis], cons, sched, body=body,
+                         [a.var for a in init_op.axis] + _extra_dims(vals, "data"),
+                         cons + _extra_cons(vals, "data"), sched, body=body,
                          extra={"outputs": list(op.outputs)}))
     # update: the scan loop outermost, then the update stage's other loops
     upd_op = op.update[0].op
@@ -87,7 +89,8 @@ def scan_statements(stage, prefix, names, schedule, counter):
     counter[0] += 1
     body = tuple(inline_body(t.op.body[t.value_index], schedule) for t in op.update)
     out.append(Statement(f"S{counter[0]}_{tag}_update", ust, "scan_update",
-                         [a.var for a in upd_op.axis], ucons, sched, body=body,
+                         [a.var for a in upd_op.axis] + _extra_dims(uvals, "data"),
+                         ucons + _extra_cons(uvals, "data"), sched, body=body,
                          extra={"outputs": list(op.outputs),
                                 "iv_alias": {t_axis: op.scan_axis}}))
     return out
