@@ -54,6 +54,22 @@ def test_stencil_per_tile_with_parallel_outer_loop(rng, at):
     check_kernel(s, [I, O], [img], box_reference(img), mod=two_threads(s, [I, O]))
 
 
+def test_stencil_per_tile_symbolic_sizes(rng):
+    n, m = te.var("n"), te.var("m")
+    img = te.placeholder((n, m), "float32", name="I")
+    pad = te.compute((n + 2, m + 2), lambda y, x: te.if_then_else(
+        te.all(y >= 1, y <= n, x >= 1, x <= m), img[y - 1, x - 1], 0.0), name="P")
+    r = te.reduce_axis((0, 3), name="r")
+    q = te.reduce_axis((0, 3), name="q")
+    O = te.compute((n, m), lambda y, x: te.sum(pad[y + r, x + q], axis=[r, q]), name="O")
+    s = te.create_schedule(O)
+    yo, xo, yi, xi = s[O].tile(O.op.axis[0], O.op.axis[1], 8, 8)
+    s[pad].compute_at(s[O], xo)
+    s[O].parallel(yo)
+    a = rand(rng, (37, 21))
+    check_kernel(s, [img, O], [a], box_reference(a), mod=two_threads(s, [img, O]))
+
+
 def test_stencil_parallel_before_compute_at(rng):
     # the same schedule in the other order: parallel first, then compute_at
     I, P, O = box_filter(32, 32)

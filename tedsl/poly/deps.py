@@ -2,6 +2,11 @@
 
 ``dependences(s)`` lists, per tensor and pair of statements, the relation between the
 source and sink instances; ``is_parallel(s, T, axis)`` tells whether a loop carries none.
+
+A buffer that ``compute_at`` allocates inside loops is a separate array in every iteration of
+them: its accesses are indexed by those loops' values too (array expansion), so that the
+copies of two iterations never depend on each other.  ``str`` of a dependence speaks the
+user's names (stages, loops, one pair of instances); the isl relation is ``.relation``.
 """
 from dataclasses import dataclass
 
@@ -234,15 +239,18 @@ class Analysis:
             if writes is None:
                 continue
             flows = []
+            # only the statements that touch the tensor (isl orders every pair it is given)
+            touch = writes.domain() if reads is None else writes.domain().union(reads.domain())
+            sched = self.sched.intersect_domain(touch)
             if reads is not None:
                 raw = (isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
-                       .set_schedule_map(self.sched).compute_flow().get_may_dependence())
+                       .set_schedule_map(sched).compute_flow().get_may_dependence())
                 war = (isl.UnionAccessInfo.from_sink(writes).set_may_source(reads)
-                       .set_kill(writes).set_schedule_map(self.sched).compute_flow()
+                       .set_kill(writes).set_schedule_map(sched).compute_flow()
                        .get_may_dependence())
                 flows += [("RAW", raw), ("WAR", war)]
             waw = (isl.UnionAccessInfo.from_sink(writes).set_must_source(writes)
-                   .set_schedule_map(self.sched).compute_flow().get_may_dependence())
+                   .set_schedule_map(sched).compute_flow().get_may_dependence())
             flows.append(("WAW", waw))
             tname = self.tnames.tensors[tn].name
             for kind, um in flows:
