@@ -123,3 +123,74 @@ def test_fused_reduction_loops_split_and_attached(rng):
     assert timed_lower(s, [A, C]) < 2.0
     a = rand(rng, (5, 6, 7))
     check_kernel(s, [A, C], [a], (a.astype(np.float64) * 0.5).sum(axis=(1, 2)), rtol=1e-5)
+
+
+# -- compute_at at and under a loop fused over symbolic extents -----------------------------------
+
+def halo_stages():
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m, 8), "float32", name="A")
+    P = te.compute((n, m, 8), lambda i, j, k: A[i, j, k] * 2.0, name="P")
+    B = te.compute((n, m, 7), lambda i, j, k: P[i, j, k] + P[i, j, k + 1], name="B")
+    return A, P, B
+
+
+@pytest.mark.parametrize("where", ["at_fused", "under_fused"])
+def test_compute_at_a_symbolic_fused_loop(where, rng):
+    A, P, B = halo_stages()
+    s = te.create_schedule(B)
+    i, j, k = B.op.axis
+    f = s[B].fuse(i, j)
+    s[P].compute_at(s[B], f if where == "at_fused" else k)
+    s[B].parallel(f)
+    text = str(te.lower(s, [A, B]))
+    assert text.count("in parallel(0, n * m)") == 1, text      # the parts joined, one loop
+    size = "8" if where == "at_fused" else "2"
+    assert f"P = allocate(float32[1, 1, {size}]" in text, text
+    mod = te.build(s, [A, B])
+    for shape in [(1, 1), (3, 5), (4, 2)]:
+        a = rand(rng, shape + (8,))
+        check_kernel(s, [A, B], [a], 2 * a[..., :-1] + 2 * a[..., 1:], mod=mod)
+
+
+# -- what isl's affine model cannot express is refused with the reason ----------------------------
+
+def test_split_of_a_symbolic_fused_loop_is_refused_with_the_reason():
+    A, B = three_d()
+    s = te.create_schedule(B)
+    i, j, k = B.op.axis
+    f = s[B].fuse(i, j)
+    with pytest.raises(te.ScheduleError,
+                       match=r"^split\(i\.j\.fused\) on stage B: loop i\.j\.fused fuses loops of "
+                             r"symbolic extent; its index \(outer \* extent \+ inner\) multiplies "
+                             r"a loop by a size, which isl's affine model cannot express, so it "
+                             r"cannot be split\. Split before fusing"):
+        s[B].split(f, factor=4)
+    # the suggested schedule: split first, fuse the inner part with the rest
+    A, B = three_d()
+    s = te.create_schedule(B)
+    i, j, k = B.op.axis
+    io, ii = s[B].split(i, factor=2)
+    s[B].parallel(io)
+    s[B].fuse(ii, j)
+    a = rand(np.random.default_rng(1), (5, 3, 2))
+    check_kernel(s, [A, B], [a], a * 2 + 1)
+
+
+def test_split_nparts_of_a_symbolic_extent_is_refused_with_the_reason(rng):
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B)
+    with pytest.raises(te.ScheduleError,
+                       match=r"^split\(i\) on stage B: nparts=4 of loop i \(extent n\) makes i = "
+                             r"outer \* ceil\(n / 4\) \+ inner, a loop times a size, which isl's "
+                             r"affine model cannot express; use factor="):
+        s[B].split(B.op.axis[0], nparts=4)
+    # nparts of a constant extent and factor= of a symbolic one both work
+    o, _ = s[B].split(B.op.axis[0], factor=4)
+    s[B].parallel(o)
+    mod = te.build(s, [A, B])
+    for size in (1, 7, 33):
+        a = rand(rng, size)
+        check_kernel(s, [A, B], [a], a + 1, mod=mod)

@@ -36,9 +36,13 @@ class Footprint:
 
 
 def _prefix_pos(stmt, iv):
+    """Schedule position of loop ``iv`` in ``stmt`` (of its innermost part for a fuse over
+    symbolic extents, whose parts are separate isl loops), or None."""
+    out = None
     for d, e in enumerate(stmt.sched):
         if not isinstance(e, int) and e[0] is iv:
-            return d
+            out = d
+    return out
     return None
 
 
@@ -183,10 +187,6 @@ def attach_stage(program, pstage, statements, make_statements, counter):
                               "different depths")
         pos = p
     ref = readers[0][0]
-    if any(not isinstance(e, int) and len(e) > 2 for e in ref.sched[:pos + 1]):
-        raise AttachError(f"{pstage.name}.compute_at(s[{cstage.name}], {iv.name}): a loop above "
-                          "the attach point fuses loops of symbolic extent; attach inside it "
-                          "or fuse constant-extent loops")
     o_ivs = [e[0] for e in ref.sched[:pos + 1] if not isinstance(e, int)]
     o_vars = [E.Var(f"{v.name}", "int64") for v in o_ivs]
     names = program.names
@@ -257,7 +257,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         if isinstance(e, int):
             prefix.append(e)
         else:
-            prefix.append((e[0], o_names[k]))
+            prefix.append((e[0], o_names[k]) + tuple(e[2:]))     # keeps a fuse part's place
             k += 1
     prefix.append(0)
     new = make_statements(pstage, prefix, counter)

@@ -125,9 +125,11 @@ class Stage:
         self._check_leaf(parent, what)
         if parent in self.deferred:
             raise ScheduleError(
-                f"{what} on stage {self.name}: loop {parent.name} fuses loops of symbolic extent, "
-                "so its index is not affine and it cannot be split; split the loops before "
-                "fusing them, or use constant shapes")
+                f"{what} on stage {self.name}: loop {parent.name} fuses loops of symbolic extent; "
+                "its index (outer * extent + inner) multiplies a loop by a size, which isl's "
+                "affine model cannot express, so it cannot be split. Split before fusing (e.g. "
+                "split the outer loop and fuse its inner part with the rest), or fuse loops of "
+                "constant extent")
         if (factor is None) == (nparts is None):
             raise ScheduleError(f"{what} on stage {self.name}: give exactly one of factor= or "
                                 "nparts=")
@@ -148,6 +150,13 @@ class Stage:
         ext = self.extent(parent)
         if nparts is not None:
             c = _const_int(ext) if ext is not None else None
+            if c is None and ext is not None:
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: nparts={v} of loop {parent.name} (extent "
+                    f"{ext}) makes {parent.name} = outer * ceil({ext} / {v}) + inner, a loop "
+                    "times a size, which isl's affine model cannot express; use factor= (the "
+                    "outer loop then runs ceil(extent / factor) times), or parallel("
+                    f"{parent.name}) directly (each thread runs one contiguous chunk)")
             if c is None:
                 raise ScheduleError(
                     f"{what} on stage {self.name}: nparts needs a constant extent, but loop "

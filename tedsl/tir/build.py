@@ -195,7 +195,7 @@ def from_tree(tree, bufs, ivenv=None):
         k = _KINDS[attr.kind] if attr is not None else "serial"
         ann = tuple((n, v) for n, v in attr.pragmas) if attr is not None else ()
         if tree.part is not None:       # one part of a fuse over symbolic extents
-            b = from_tree(body, bufs, inner)
+            b = _body(body, bufs, inner, iv)      # buffers attached at the fused loop
             ann = (("fuse_part", (iv, tree.part[0], tree.part[1], k,
                                   attr.thread_tag if attr is not None else "")),) + ann
             return N.For(tree.var, tree.lo, tree.hi, "serial", b, tree.step, "", ann)
