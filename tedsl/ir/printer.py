@@ -14,6 +14,11 @@ def const_str(c):
         return "True" if v else "False"
     if c.dtype in ("int32", "int64"):
         return str(v)
+    if c.dtype in ("float32", "float64", "float16", "bfloat16") and v != v:
+        return "nan"
+    if c.dtype in ("float32", "float64", "float16", "bfloat16") and v in (float("inf"),
+                                                                          float("-inf")):
+        return "inf" if v > 0 else "-inf"
     if c.dtype == "float32":
         return f"{v!r}f"
     if c.dtype == "float64":

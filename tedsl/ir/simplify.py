@@ -10,8 +10,45 @@ from . import expr as E
 from .functor import transform
 
 
+class Atom:
+    """A non-affine integer term (``x // k``, ``x % k``, ``min``, ``max``) standing as one
+    variable of a linear form; equal terms (same structure) are the same atom."""
+    __slots__ = ("expr", "key")
+
+    def __init__(self, expr):
+        self.expr, self.key = expr, _key(expr)
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, o):
+        return type(o) is Atom and o.key == self.key
+
+
+def _key(e):
+    """A hashable structural key of an expression."""
+    t = type(e)
+    if t is E.Var:
+        return ("v", id(e))
+    if t is E.Const:
+        return ("c", e.value, e.dtype)
+    if t is E.Binary:
+        return ("b", e.op, e.dtype, _key(e.a), _key(e.b))
+    if t is E.Cast:
+        return ("t", e.dtype, _key(e.value))
+    return ("o", id(e))
+
+
+_ATOM_OPS = ("floordiv", "floormod", "min", "max")
+
+
 def linear(e):
     """``(coeffs, const)`` with ``coeffs`` a dict ``Var -> int`` if ``e`` is affine, else None."""
+    return _lin(e, False)
+
+
+def _lin(e, atoms):
+    """``linear``; with ``atoms``, non-affine integer terms become :class:`Atom` variables."""
     if not (dt.is_int(e.dtype) or dt.is_bool(e.dtype)):
         return None
     t = type(e)
@@ -20,10 +57,12 @@ def linear(e):
     if t is E.Var:
         return {e: 1}, 0
     if t is E.Cast and dt.is_int(e.value.dtype) and dt.bits(e.dtype) >= dt.bits(e.value.dtype):
-        return linear(e.value)
+        return _lin(e.value, atoms)
     if t is E.Binary:
+        if atoms and e.op in _ATOM_OPS and dt.is_int(e.dtype):
+            return {Atom(e): 1}, 0
         if e.op in ("add", "sub"):
-            a, b = linear(e.a), linear(e.b)
+            a, b = _lin(e.a, atoms), _lin(e.b, atoms)
             if a is None or b is None:
                 return None
             s = 1 if e.op == "add" else -1
@@ -32,7 +71,7 @@ def linear(e):
                 co[v] = co.get(v, 0) + s * c
             return {v: c for v, c in co.items() if c != 0}, a[1] + s * b[1]
         if e.op == "mul":
-            a, b = linear(e.a), linear(e.b)
+            a, b = _lin(e.a, atoms), _lin(e.b, atoms)
             if a is None or b is None:
                 return None
             if not a[0]:
@@ -54,7 +93,7 @@ def from_linear(coeffs, c, dtype):
     for v, k in coeffs.items():
         term_neg = k < 0
         mag = -k if term_neg else k
-        term = E.cast(v, dtype)
+        term = E.cast(v.expr if type(v) is Atom else v, dtype)
         if mag != 1:
             term = E.Binary("mul", term, E.Const(mag, dtype), dtype)
         if out is None:
@@ -96,6 +135,13 @@ def _rule(e):
             if type(a) is E.Binary and a.op == "floordiv" and isinstance(a.b, E.Const):
                 k = a.b.value
                 return E.Binary("floordiv", _r(E.binary("add", a.a, c * k)), a.b, e.dtype)
+        if isint and op in ("add", "sub", "mul"):
+            # equal non-affine terms cancel: f // 8 - f // 8 -> 0
+            lin = _lin(e, True)
+            if lin is not None:
+                lin = _contract_mods(_expand_mods(lin))
+                pushed = _push_into_minmax(lin, e.dtype)
+                return pushed if pushed is not None else from_linear(lin[0], lin[1], e.dtype)
         if op == "mul" and isint:
             if _is(b, 1):
                 return a
@@ -106,20 +152,14 @@ def _rule(e):
         if isint and op in ("floormod", "truncmod") and _is(b, 1):
             return E.Const(0, e.dtype)
         if op in ("min", "max") and isint:
-            la, lb = linear(a), linear(b)
+            la, lb = _lin(a, True), _lin(b, True)
             if la is not None and lb is not None and la[0] == lb[0]:
                 pick_a = (la[1] <= lb[1]) == (op == "min")
                 return a if pick_a else b
         if isint and op in ("floordiv", "floormod") and isinstance(b, E.Const) and b.value > 0:
-            la = linear(a)
+            la = _lin(a, True)
             if la is not None:
-                k = b.value
-                if all(c % k == 0 for c in la[0].values()):
-                    q, r = divmod(la[1], k)
-                    if op == "floormod":
-                        return E.Const(r, e.dtype)
-                    if r == 0 or not la[0]:
-                        return from_linear({v: c // k for v, c in la[0].items()}, q, e.dtype)
+                return _divmod_rule(op, la, b.value, e.dtype)
         return None
     if t is E.Cast and type(e.value) is E.Cast:
         inner = e.value
@@ -128,11 +168,120 @@ def _rule(e):
                 and dt.is_uint(inner.dtype) == dt.is_uint(inner.value.dtype):
             return E.cast(inner.value, e.dtype)
     if t is E.Cmp:
-        la, lb = linear(e.a), linear(e.b)
+        la, lb = _lin(e.a, True), _lin(e.b, True)
         if la is not None and lb is not None:
             diff = {v: la[0].get(v, 0) - lb[0].get(v, 0) for v in {**la[0], **lb[0]}}
             if all(c == 0 for c in diff.values()):
                 return E.Const(E._fold_cmp(e.op, la[1] - lb[1], 0), "bool")
+    if t is E.Select:
+        return _select_rule(e)
+    return None
+
+
+def _expand_mods(lin):
+    """Write ``x % k`` as ``x - k * (x // k)`` where terms then cancel
+    (``n - n % 8 - n // 8 * 8 -> 0``); otherwise keep the form."""
+    coeffs, c0 = lin
+    mods = [v for v in coeffs if type(v) is Atom and v.expr.op == "floormod"
+            and isinstance(v.expr.b, E.Const) and v.expr.b.value > 0]
+    if not mods:
+        return lin
+    out, oc = dict(coeffs), c0
+    for v in mods:
+        inner = _lin(v.expr.a, True)
+        if inner is None:
+            continue
+        c = out.pop(v)
+        k = v.expr.b.value
+        for w, x in inner[0].items():
+            out[w] = out.get(w, 0) + c * x
+        oc += c * inner[1]
+        q = Atom(E.Binary("floordiv", v.expr.a, v.expr.b, v.expr.dtype))
+        out[q] = out.get(q, 0) - c * k
+        out = {w: x for w, x in out.items() if x}
+    return (out, oc) if len(out) < len(coeffs) else lin
+
+
+def _push_into_minmax(lin, dtype):
+    """``min(n, 4 * i + 4) - 4 * i -> min(n - 4 * i, 4)``: a sum of one ``min`` / ``max`` and
+    an affine rest goes inside when that makes an operand constant."""
+    coeffs, c0 = lin
+    mm = [v for v, c in coeffs.items() if type(v) is Atom and v.expr.op in ("min", "max")
+          and c == 1]
+    if len(mm) != 1 or len(coeffs) < 2:
+        return None
+    rest = {w: c for w, c in coeffs.items() if w is not mm[0]}
+    if any(type(w) is Atom for w in rest):
+        return None
+    m = mm[0].expr
+    restx = from_linear(rest, c0, dtype)
+    a, b = _r(E.binary("add", m.a, restx)), _r(E.binary("add", m.b, restx))
+    if not (isinstance(a, E.Const) or isinstance(b, E.Const)):
+        return None
+    return E.Binary(m.op, a, b, dtype)
+
+
+def _contract_mods(lin):
+    """Write ``x - k * (x // k)`` as ``x % k`` (``n - n // 8 * 8 -> n % 8``)."""
+    coeffs, c0 = lin
+    for q in [v for v in coeffs if type(v) is Atom and v.expr.op == "floordiv"
+              and isinstance(v.expr.b, E.Const) and v.expr.b.value > 0]:
+        k = q.expr.b.value
+        if q not in coeffs or coeffs[q] % k:
+            continue
+        c = -coeffs[q] // k
+        inner = _lin(q.expr.a, True)
+        if inner is None or not inner[0] or any(coeffs.get(w, 0) != c * x
+                                                for w, x in inner[0].items()):
+            continue
+        out = {w: x for w, x in coeffs.items() if w is not q and w not in inner[0]}
+        m = Atom(E.Binary("floormod", q.expr.a, q.expr.b, q.expr.dtype))
+        out[m] = out.get(m, 0) + c
+        coeffs, c0 = out, c0 - c * inner[1]
+    return coeffs, c0
+
+
+def _divmod_rule(op, la, k, dtype):
+    """``x // k`` and ``x % k`` of a linear form: whole multiples of ``k`` leave the division
+    (``(n + 8) // 8 -> n // 8 + 1``, ``(n + 8) % 8 -> n % 8``, ``(8 * i + 16) % 8 -> 0``)."""
+    coeffs, c0 = la
+    if all(c % k == 0 for c in coeffs.values()):
+        q, r = divmod(c0, k)
+        if op == "floormod":
+            return E.Const(r, dtype)
+        if r == 0 or not coeffs:
+            return from_linear({v: c // k for v, c in coeffs.items()}, q, dtype)
+    quot = {v: int(c / k) for v, c in coeffs.items() if abs(c) >= k}
+    q0 = int(c0 / k)
+    if not quot and q0 == 0:
+        return None
+    rest = {v: c - quot.get(v, 0) * k for v, c in coeffs.items()}
+    rest = {v: c for v, c in rest.items() if c}
+    inner = E.Binary(op, from_linear(rest, c0 - q0 * k, dtype), E.Const(k, dtype), dtype)
+    if op == "floormod":
+        return inner
+    return _r(E.Binary("add", from_linear(quot, q0, dtype), inner, dtype))
+
+
+_MINMAX = {("ge", True): "min", ("gt", True): "min", ("le", True): "max",
+           ("lt", True): "max", ("ge", False): "max", ("gt", False): "max",
+           ("le", False): "min", ("lt", False): "min"}
+
+
+def _select_rule(e):
+    """``select(x >= y, y, x) -> min(x, y)`` and the other orderings (integers)."""
+    if isinstance(e.cond, E.Const):
+        return e.t if e.cond.value else e.f
+    c = e.cond
+    if type(c) is not E.Cmp or c.op not in ("ge", "gt", "le", "lt") or \
+            not dt.is_int(e.dtype) or not dt.is_int(c.a.dtype):
+        return None
+    kt, kf, ka, kb = (_key(x) for x in (e.t, e.f, _r(E.cast(c.a, e.dtype)),
+                                        _r(E.cast(c.b, e.dtype))))
+    if kt == kb and kf == ka:      # x >= y ? y : x
+        return E.Binary(_MINMAX[(c.op, True)], e.t, e.f, e.dtype)
+    if kt == ka and kf == kb:      # x >= y ? x : y
+        return E.Binary(_MINMAX[(c.op, False)], e.t, e.f, e.dtype)
     return None
 
 
@@ -143,64 +292,160 @@ def _r(e):
 
 def bounds(e, ranges):
     """Interval ``(lo, hi)`` (inclusive) of an affine integer expression, or None."""
-    lin = linear(e)
-    if lin is None:
+    lo, hi = interval(e, ranges)
+    if lo is None or hi is None:
         return None
-    lo = hi = lin[1]
-    for v, c in lin[0].items():
-        r = ranges.get(v)
-        if r is None:
-            return None
-        a, b = c * r[0], c * r[1]
-        lo += min(a, b)
-        hi += max(a, b)
     return lo, hi
 
 
+def _add(x, y):
+    return None if x is None or y is None else x + y
+
+
+def _scale(iv, c):
+    lo, hi = iv
+    if c >= 0:
+        return (None if lo is None else lo * c, None if hi is None else hi * c)
+    return (None if hi is None else hi * c, None if lo is None else lo * c)
+
+
+def _min2(x, y, want_min):
+    """min/max of two optional bounds where None is unknown."""
+    if x is None or y is None:
+        return None
+    return min(x, y) if want_min else max(x, y)
+
+
+def _known(x, y, pick):
+    vals = [v for v in (x, y) if v is not None]
+    return pick(vals) if vals else None
+
+
+def interval(e, ranges):
+    """Inclusive bounds ``(lo, hi)`` of an integer expression over the variable ``ranges``
+    (``Var -> (lo, hi)``, either side None when unknown); a side is None when not derivable.
+
+    Handles sums and constant multiples (a linear part is pushed into a ``min`` / ``max``:
+    ``min(1000, 32 * j + 32) - 32 * j`` is at most 32 whatever ``j``), ``min``, ``max``,
+    ``//`` and ``%`` by positive constants and ``select``."""
+    t = type(e)
+    if t is E.Const:
+        if isinstance(e.value, bool) or not isinstance(e.value, int):
+            return (None, None)
+        return (e.value, e.value)
+    if t is E.Var:
+        return ranges.get(e, (None, None))
+    if not dt.is_int(e.dtype):
+        return (None, None)
+    if t is E.Cast and dt.is_int(e.value.dtype):
+        return interval(e.value, ranges)
+    if t is E.Select:
+        a, b = interval(e.t, ranges), interval(e.f, ranges)
+        return (_min2(a[0], b[0], True), _min2(a[1], b[1], False))
+    if t is not E.Binary:
+        return (None, None)
+    op = e.op
+    if op in ("add", "sub", "mul"):
+        lin = _lin(e, True)
+        if lin is None:
+            return (None, None)
+        coeffs, c0 = lin
+        mm = [v for v, c in coeffs.items() if type(v) is Atom and v.expr.op in ("min", "max")
+              and abs(c) == 1]
+        if mm and len(coeffs) > 1:
+            v = mm[0]
+            c = coeffs[v]
+            rest = from_linear({w: k for w, k in coeffs.items() if w is not v}, c0, e.dtype)
+            m = v.expr
+            if c == 1:
+                ia = interval(_r(E.binary("add", m.a, rest)), ranges)
+                ib = interval(_r(E.binary("add", m.b, rest)), ranges)
+                is_min = m.op == "min"
+            else:       # rest - min(a, b) = max(rest - a, rest - b)
+                ia = interval(_r(E.binary("sub", rest, m.a)), ranges)
+                ib = interval(_r(E.binary("sub", rest, m.b)), ranges)
+                is_min = m.op == "max"
+            return _minmax_iv(ia, ib, is_min)
+        lo = hi = c0
+        for v, c in coeffs.items():
+            iv = interval(v.expr, ranges) if type(v) is Atom else ranges.get(v, (None, None))
+            s = _scale(iv, c)
+            lo, hi = _add(lo, s[0]), _add(hi, s[1])
+        return (lo, hi)
+    a = interval(e.a, ranges)
+    if op in ("min", "max"):
+        return _minmax_iv(a, interval(e.b, ranges), op == "min")
+    if op in ("floordiv", "floormod") and isinstance(e.b, E.Const) and e.b.value > 0:
+        k = e.b.value
+        if op == "floordiv":
+            return (None if a[0] is None else a[0] // k, None if a[1] is None else a[1] // k)
+        if a[0] is not None and a[1] is not None and a[0] // k == a[1] // k:
+            return (a[0] % k, a[1] % k)
+        return (0, k - 1)
+    return (None, None)
+
+
+def _minmax_iv(a, b, is_min):
+    if is_min:
+        return (_min2(a[0], b[0], True), _known(a[1], b[1], min))
+    return (_known(a[0], b[0], max), _min2(a[1], b[1], False))
+
+
 def _range_rule(ranges):
-    """floordiv / floormod of ``k*q + r`` by ``k`` where ``0 <= r < k`` is known."""
+    """Rules that need the variable ranges: ``//``, ``%``, ``min``, ``max`` and comparisons."""
     def rule(e):
+        out = ranged(e)
+        if out is not None:
+            return out
         r = _rule(e)
-        e = e if r is None else r
+        if r is None:
+            return None
+        out = ranged(r)
+        return r if out is None else out
+
+    def ranged(e):
         if type(e) is E.Binary and e.op in ("floordiv", "floormod") and \
                 isinstance(e.b, E.Const) and e.b.value > 0 and dt.is_int(e.dtype):
-            lin = linear(e.a)
+            lin = _lin(e.a, True)
             if lin is not None:
                 k = e.b.value
                 q = {v: c // k for v, c in lin[0].items() if c % k == 0}
                 rest = {v: c for v, c in lin[0].items() if c % k != 0}
                 qc, rc = divmod(lin[1], k)
-                b = bounds(from_linear(rest, rc, e.dtype), ranges)
-                if b is not None and 0 <= b[0] and b[1] < k:
-                    if e.op == "floordiv":
-                        return from_linear(q, qc, e.dtype)
-                    return from_linear(rest, rc, e.dtype)
+                lo, hi = interval(from_linear(rest, rc, e.dtype), ranges)
+                if lo is not None and hi is not None:
+                    m = lo // k
+                    if hi // k == m:        # the remainder stays in one period
+                        if e.op == "floordiv":
+                            return from_linear(q, qc + m, e.dtype)
+                        return from_linear(rest, rc - m * k, e.dtype)
         if type(e) is E.Binary and e.op in ("min", "max") and dt.is_int(e.dtype):
-            ba, bb = bounds(e.a, ranges), bounds(e.b, ranges)
-            if ba is not None and bb is not None:
-                if e.op == "min":
-                    if ba[1] <= bb[0]:
-                        return e.a
-                    if bb[1] <= ba[0]:
-                        return e.b
-                else:
-                    if ba[0] >= bb[1]:
-                        return e.a
-                    if bb[0] >= ba[1]:
-                        return e.b
+            lo, hi = interval(_r(E.binary("sub", e.a, e.b)), ranges)
+            if e.op == "min":
+                if hi is not None and hi <= 0:
+                    return e.a
+                if lo is not None and lo >= 0:
+                    return e.b
+            else:
+                if lo is not None and lo >= 0:
+                    return e.a
+                if hi is not None and hi <= 0:
+                    return e.b
         if type(e) is E.Cmp and dt.is_int(e.a.dtype):
-            bd = bounds(E.binary("sub", e.a, e.b), ranges)
-            if bd is not None:
-                lo, hi = bd
-                res = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0),
-                       "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
-                       "eq": (lo == hi == 0, lo > 0 or hi < 0),
-                       "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.op]
-                if res[0]:
-                    return E.Const(True, "bool")
-                if res[1]:
-                    return E.Const(False, "bool")
-        return None if r is None else e
+            lo, hi = interval(_r(E.binary("sub", e.a, e.b)), ranges)
+            res = {"lt": (hi is not None and hi < 0, lo is not None and lo >= 0),
+                   "le": (hi is not None and hi <= 0, lo is not None and lo > 0),
+                   "gt": (lo is not None and lo > 0, hi is not None and hi <= 0),
+                   "ge": (lo is not None and lo >= 0, hi is not None and hi < 0),
+                   "eq": (lo is not None and lo == hi == 0,
+                          (lo is not None and lo > 0) or (hi is not None and hi < 0)),
+                   "ne": ((lo is not None and lo > 0) or (hi is not None and hi < 0),
+                          lo is not None and lo == hi == 0)}[e.op]
+            if res[0]:
+                return E.Const(True, "bool")
+            if res[1]:
+                return E.Const(False, "bool")
+        return None
     return rule
 
 

@@ -109,6 +109,19 @@ class AstConverter:
         self.program = program
         self.stmts = stmts if stmts is not None else program.by_name   # isl name -> Statement
         self.env = {}          # isl iterator name -> Var
+        self.active = []       # names of the enclosing loops
+
+    def _fresh(self, name, stage):
+        """A loop name unlike the enclosing loops' (a producer computed inside its consumer
+        may have loops of the same names): the stage's name goes in front."""
+        if name not in self.active:
+            return name
+        base = f"{stage.name}.{name}"
+        out, k = base, 1
+        while out in self.active:
+            k += 1
+            out = f"{base}{k}"
+        return out
 
     def expr(self, e):
         t = e.get_type()
@@ -183,14 +196,19 @@ class AstConverter:
                 raise InternalError(f"isl generated a loop for ordering dimension {dim}")
             iv = entry[0]
             stage = self.program.iv_stage.get(iv, stmt.stage)
-            var = E.Var(iv.name if len(entry) == 2 else f"{iv.name}.{entry[2]}", "int64")
+            var = E.Var(self._fresh(iv.name if len(entry) == 2 else f"{iv.name}.{entry[2]}",
+                                    stage), "int64")
             self.env[it] = var
             lo = E.cast(self.expr(node.for_get_init()), "int64")
-            if node.for_is_degenerate():
-                return Let(iv, stage, var, lo, self.node(node.for_get_body()))
-            hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
-            step = node.for_get_inc().get_val().to_python()
-            body = self.node(node.for_get_body())
+            self.active.append(var.name)
+            try:
+                if node.for_is_degenerate():
+                    return Let(iv, stage, var, lo, self.node(node.for_get_body()))
+                hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
+                step = node.for_get_inc().get_val().to_python()
+                body = self.node(node.for_get_body())
+            finally:
+                self.active.pop()
             part = tuple(entry[2:]) if len(entry) > 2 else None
             return Loop(iv, stage, var, lo, hi, step, body, part)
         raise InternalError(f"unsupported isl AST node {t}")

@@ -8,6 +8,7 @@ from ..errors import ArgumentError, DefinitionError
 from ..ir import expr as E
 from ..poly import astgen as T
 from ..ir.functor import free_vars, substitute, transform
+from ..ir.simplify import simplify
 from ..te.tensor import PlaceholderOp, Tensor
 from . import nodes as N
 
@@ -60,8 +61,9 @@ class BufferMap:
             scope = st.scope if st is not None else "global"
             fp = self.program.footprints.get(st)
             if fp is not None:
-                b = N.Buffer(tensor.name, fp.extent, tensor.dtype, scope,
-                             strides=_aligned_strides(fp.extent, st.align_factors))
+                ext = [simplify(x) for x in fp.extent]
+                b = N.Buffer(tensor.name, ext, tensor.dtype, scope,
+                             strides=_aligned_strides(ext, st.align_factors))
                 self.buffers[tensor] = b
                 self.attached[b] = fp
                 where = fp.alloc_iv if fp.alloc_iv is not None else fp.iv

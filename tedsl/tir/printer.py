@@ -1,6 +1,8 @@
 """The readable, Python-like printer of the loop IR (loop kinds and bounds shown)."""
 from ..ir import dtype as dt
+from ..ir import expr as E
 from ..ir.printer import expr_str
+from ..ir.simplify import simplify
 from . import nodes as N
 
 _KIND = {"serial": "range", "parallel": "parallel", "vectorized": "vectorized",
@@ -39,15 +41,9 @@ def _lines(s, ind, out):
         out.append(f"{pad}{s.buffer.name}[{idx}] = {expr_str(s.value)}")
     elif t is N.Allocate:
         b = s.buffer
-        size = expr_str(b.size())
-        nbytes = ""
-        try:
-            from ..ir.simplify import simplify
-            v = simplify(b.size())
-            if hasattr(v, "value"):
-                nbytes = f", {int(v.value) * dt.itemsize(b.dtype)} bytes"
-        except Exception:   # printing must never fail
-            nbytes = ""
+        v = simplify(b.size())
+        size = expr_str(v)
+        nbytes = f", {int(v.value) * dt.itemsize(b.dtype)} bytes" if type(v) is E.Const else ""
         out.append(f"{pad}{b.name} = allocate({b.dtype}[{_shape(b)}], scope=\"{b.scope}\")"
                    f"  # {size} elements{nbytes}")
         _lines(s.body, ind, out)
