@@ -169,7 +169,7 @@ def test_attach_made_stale_by_cache_read_names_the_call(rng):
         te.lower(s, [A, Q])
     msg = str(ex.value)
     assert msg.startswith("s[R].compute_at(s[Q], i): stage R cannot be computed at loop i of Q: "
-                          "cache_read(R, 'shared', [Q, ...]) replaced Q's read of R by R.shared "
+                          "cache_read(R, 'shared', [Q]) replaced Q's read of R by R.shared "
                           "(a later call), and R.shared is computed at the root; attach R.shared "
                           "inside that loop too (s[R.shared].compute_at(s[Q], i)) or attach R to "
                           "R.shared"), msg

@@ -112,10 +112,12 @@ def replaced_read(schedule, reader, parent, pstage):
     the sentence saying so (the call that moved ``parent``'s read of ``pstage``), else ''."""
     if getattr(reader.op, "tag", "") != "cache_read":
         return ""
-    if not any(schedule.stage_map.get(t.op) is reader for t in parent.op.input_tensors()):
+    users = [x.name for x in schedule.stages
+             if any(schedule.stage_map.get(t.op) is reader for t in x.op.input_tensors())]
+    if parent.name not in users:
         return ""
     pn = pstage.op.outputs[0].name
-    return (f"cache_read({pn}, {reader.scope!r}, [{parent.name}, ...]) replaced "
+    return (f"cache_read({pn}, {reader.scope!r}, [{', '.join(users)}]) replaced "
             f"{parent.name}'s read of {pn} by {reader.name}")
 
 
