@@ -165,8 +165,8 @@ def _schedule_rows(s, op, host, tgt):
 
     softmax is TVM's schedule: the maximum, the exponentials and their sum are each computed
     inside the output's (parallel) row loop, one row at a time (``compute_at`` of a stage read
-    by several stages is legal when all of them run inside the loop).  layer_norm runs a
-    row-sum pass, then the variance and the normalisation row by row.
+    by several stages is legal when all of them run inside the loop); layer_norm likewise
+    computes the row sum, then the variance, then the normalised row.
     """
     a = getattr(op, "ops_axis", len(op.axis) - 1)
     if op.tag == "softmax":
@@ -177,11 +177,7 @@ def _schedule_rows(s, op, host, tgt):
     else:
         var = _producer(op, "layer_norm_var")
         sm = _producer(op, "layer_norm_sum")
-        st = s[sm]
-        if a > 0:
-            rows = C.fuse_outer(st, list(sm.axis))
-            C.maybe_parallel(st, rows[0], C.numel(op.shape))
-        _rows_stage(s, op, [var], a, tgt)
+        _rows_stage(s, op, [sm, var], a, tgt)
 
 
 _schedule_rows.no_host = True
