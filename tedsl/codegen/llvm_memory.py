@@ -1,0 +1,195 @@
+"""Loads and stores for the LLVM backend: scalar, contiguous vector, masked, gather/scatter.
+
+An index is flattened with the buffer's row strides; inside a vector loop it is split into a
+lane-uniform base plus ``stride * lane`` (stride 0: a scalar load broadcast on use; 1: one vector
+load/store; else a gather/scatter).  Affine indices are proven in range by isl; data-dependent
+ones are range-checked at run time (status 3).
+"""
+from llvmlite import ir
+
+from ..errors import InternalError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir.functor import free_vars, walk
+from ..ir.simplify import simplify
+from ..tir import nodes as N
+from .llvm_expr import I1, I8, I16, I32, PTR, ExprEmitter, is_vec, storage_type
+
+
+def flat_index(buf, indices):
+    """The element offset of ``buf[indices]`` as an int64 expression."""
+    out = E.Const(0, "int64")
+    for i, st in zip(indices, buf.row_strides()):
+        out = E.binary("add", out, E.binary("mul", E.cast(i, "int64"), st))
+    return simplify(out)
+
+
+def split_lane(e, lv, vvars):
+    """``(base, stride)`` with ``e == base + stride * lv`` and ``base`` free of vector values."""
+    if not any(v in vvars for v in free_vars(e)):
+        return e, 0
+    if e is lv:
+        return E.Const(0, e.dtype), 1
+    t = type(e)
+    if t is E.Cast and dt.is_int(e.dtype) and dt.is_int(e.value.dtype):
+        r = split_lane(e.value, lv, vvars)
+        return None if r is None else (E.cast(r[0], e.dtype), r[1])
+    if t is E.Binary and e.op in ("add", "sub"):
+        a, b = split_lane(e.a, lv, vvars), split_lane(e.b, lv, vvars)
+        if a is None or b is None:
+            return None
+        s = 1 if e.op == "add" else -1
+        return E.binary(e.op, a[0], b[0]), a[1] + s * b[1]
+    if t is E.Binary and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, E.Const):
+                r = split_lane(x, lv, vvars)
+                if r is None:
+                    return None
+                return E.binary("mul", r[0], y), r[1] * int(y.value)
+    return None
+
+
+
+class MemoryEmitter(ExprEmitter):
+    """Mixin: ``load`` / ``store`` of buffer elements at the current lane count."""
+
+    def _ptr(self, buf):
+        p = self.bufptr.get(buf)
+        if p is None:
+            raise InternalError(f"buffer {buf.name} is not allocated here")
+        return p
+
+    def _addr(self, buf, idx):
+        st = storage_type(buf.dtype)
+        return self.b.gep(self._ptr(buf), [idx], inbounds=True, source_etype=st)
+
+    def _check_index(self, buf, flat, flat_val):
+        """Range-check data-dependent indices (affine ones are proven in range by isl)."""
+        dyn = any(isinstance(x, (N.BufferLoad, E.Call)) or type(x) is E.Cast and
+                  dt.is_float(x.value.dtype) for x in _nodes(flat))
+        if not dyn:
+            return
+        self.checks_indices = True
+        size = self.expr(simplify(buf.size()))
+        size = self.bc(size) if is_vec(flat_val) else size
+        bad = self.b.or_(self.b.icmp_signed("<", flat_val, ir.Constant(flat_val.type, None)),
+                         self.b.icmp_signed(">=", flat_val, size))
+        if is_vec(bad):
+            if self.mask is not None:
+                bad = self.b.and_(bad, self.mask)
+            bad = self.intrinsic(f"llvm.vector.reduce.or.v{bad.type.count}i1", I1, [bad])
+        self.fail_if(bad, 3)
+
+    def _from_storage(self, v, dtype):
+        if dtype == "bool":
+            return self.b.trunc(v, self.ty("bool", v.type.count if is_vec(v) else 1))
+        if dtype == "bfloat16":
+            lanes = v.type.count if is_vec(v) else 1
+            it = ir.VectorType(I32, lanes) if lanes > 1 else I32
+            sh = ir.Constant(it, [16] * lanes) if lanes > 1 else ir.Constant(I32, 16)
+            return self.b.bitcast(self.b.shl(self.b.zext(v, it), sh), self.ty(dtype, lanes))
+        return v
+
+    def _to_storage(self, v, dtype):
+        if dtype == "bool":
+            lanes = v.type.count if is_vec(v) else 1
+            return self.b.zext(v, ir.VectorType(I8, lanes) if lanes > 1 else I8)
+        if dtype == "bfloat16":
+            lanes = v.type.count if is_vec(v) else 1
+            it = ir.VectorType(I32, lanes) if lanes > 1 else I32
+            sh = ir.Constant(it, [16] * lanes) if lanes > 1 else ir.Constant(I32, 16)
+            u = self.b.lshr(self.b.bitcast(self.round_bf16(v), it), sh)
+            return self.b.trunc(u, ir.VectorType(I16, lanes) if lanes > 1 else I16)
+        return v
+
+    def _vector_ptrs(self, buf, idx, st, W):
+        """``<W x ptr>`` element addresses for a gather / scatter."""
+        p = self.b.gep(self._ptr(buf), [idx], inbounds=True, source_etype=st)
+        p.type = ir.VectorType(PTR, W)     # llvmlite types a vector GEP as a scalar pointer
+        return p
+
+    def load(self, buf, indices, dtype):
+        flat = flat_index(buf, indices)
+        st = storage_type(buf.dtype)
+        align = max(1, dt.itemsize(buf.dtype))
+        if self.lanes == 1:
+            fv = self.expr(flat)
+            self._check_index(buf, flat, fv)
+            v = self.b.load(self._addr(buf, fv), typ=st, align=align)
+            return self._from_storage(v, buf.dtype)
+        W = self.lanes
+        sp = split_lane(flat, self.lane_var, self.vvars)
+        vt = ir.VectorType(st, W)
+        if sp is not None and sp[1] == 0 and self.mask is None:
+            fv = self.expr(flat)
+            self._check_index(buf, flat, fv)
+            v = self.b.load(self._addr(buf, fv), typ=st, align=align)
+            return self._from_storage(v, buf.dtype)    # uniform: broadcast on use
+        if sp is not None and sp[1] == 1:
+            base = self.expr(E.binary("add", sp[0], E.cast(self.lane_start_var, "int64")))
+            p = self._addr(buf, base)
+            if self.mask is None:
+                v = self.b.load(p, typ=vt, align=align)
+            else:
+                v = self.intrinsic(f"llvm.masked.load.v{W}{_sfx(st)}.p0", vt,
+                                   [p, ir.Constant(I32, align), self.mask,
+                                    ir.Constant(vt, None)])
+            return self._from_storage(v, buf.dtype)
+        fv = self.bc(self.expr(flat))
+        self._check_index(buf, flat, fv)
+        ptrs = self._vector_ptrs(buf, fv, st, W)
+        mask = self.mask if self.mask is not None else ir.Constant(ir.VectorType(I1, W),
+                                                                   [1] * W)
+        v = self.intrinsic(f"llvm.masked.gather.v{W}{_sfx(st)}.v{W}p0", vt,
+                           [ptrs, ir.Constant(I32, align), mask, ir.Constant(vt, None)])
+        return self._from_storage(v, buf.dtype)
+
+    def store(self, s):
+        buf = s.buffer
+        flat = flat_index(buf, s.indices)
+        st = storage_type(buf.dtype)
+        align = max(1, dt.itemsize(buf.dtype))
+        val = self.cast(self.expr(s.value), s.value.dtype, buf.dtype)
+        if self.lanes == 1:
+            fv = self.expr(flat)
+            self._check_index(buf, flat, fv)
+            self.b.store(self._to_storage(val, buf.dtype), self._addr(buf, fv), align=align)
+            return
+        W = self.lanes
+        sp = split_lane(flat, self.lane_var, self.vvars)
+        if sp is not None and sp[1] == 1:
+            v = self._to_storage(self.bc(val), buf.dtype)
+            base = self.expr(E.binary("add", sp[0], E.cast(self.lane_start_var, "int64")))
+            p = self._addr(buf, base)
+            if self.mask is None:
+                self.b.store(v, p, align=align)
+            else:
+                self.intrinsic(f"llvm.masked.store.v{W}{_sfx(st)}.p0", ir.VoidType(),
+                               [v, p, ir.Constant(I32, align), self.mask])
+            return
+        v = self._to_storage(self.bc(val), buf.dtype)
+        fv = self.bc(self.expr(flat))
+        self._check_index(buf, flat, fv)
+        ptrs = self._vector_ptrs(buf, fv, st, W)
+        mask = self.mask if self.mask is not None else ir.Constant(ir.VectorType(I1, W),
+                                                                   [1] * W)
+        self.intrinsic(f"llvm.masked.scatter.v{W}{_sfx(st)}.v{W}p0", ir.VoidType(),
+                       [v, ptrs, ir.Constant(I32, align), mask])
+
+
+def _sfx(t):
+    if t == ir.FloatType():
+        return "f32"
+    if t == ir.DoubleType():
+        return "f64"
+    if t == ir.HalfType():
+        return "f16"
+    return f"i{t.width}"
+
+
+def _nodes(e):
+    out = []
+    from ..ir.functor import walk
+    walk(e, out.append)
+    return out
