@@ -1,9 +1,11 @@
 """``compute_at``: a producer computed inside a consumer's loop, over exactly the region needed.
 
 For a producer P attached at loop ``L_a`` of consumer C, let ``o = (L_0, ..., L_a)`` be C's
-loop values down to the attach point.  isl composes C's schedule prefix with C's reads of P:
+loop values down to the attach point.  Every statement that reads P (of C, or of a stage
+attached inside C's loop too, e.g. softmax's exponentials read by the sum and the output) must
+run inside ``L_a``; isl composes each reader's schedule prefix with its reads of P:
 
-    R = { [o] -> P[x] : some instance c of C with prefix(c) = o reads P[x] }
+    R = { [o] -> P[x] : some reader instance r with prefix(r) = o reads P[x] }
 
 P's statements get ``o`` as extra outer dimensions and the domain ``{ [o, x] : x in R(o) }``
 (halos and strided windows exactly, reads under affine ``if_then_else`` only where taken).
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..errors import AttachError
+from ..errors import AttachError, InternalError
 from ..ir import expr as E
 from .access import TensorNames, statement_accesses
 from .astgen import AstConverter
@@ -177,7 +179,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
             readers.append((s, acc))
     if not readers:
         raise AttachError(f"{what}: nothing reads {pstage.name} any more; compute it at the "
-                          "root (s[{0}].compute_root())".format(pstage.op.outputs[0].name))
+                          f"root (s[{pstage.op.outputs[0].name}].compute_root())")
     pos = None
     for s, _ in readers:
         p = _prefix_pos(s, iv)
@@ -185,8 +187,8 @@ def attach_stage(program, pstage, statements, make_statements, counter):
             raise AttachError(reader_outside_message(program.schedule, pstage, cstage, iv,
                                                      s.stage, what))
         if pos is not None and p != pos:
-            raise AttachError(f"{what}: the readers of {pstage.name} place loop {iv.name} at "
-                              "different depths")
+            raise InternalError(f"{what}: the readers of {pstage.name} place loop {iv.name} "
+                                "at different depths")
         pos = p
     ref = readers[0][0]
     o_ivs = [e[0] for e in ref.sched[:pos + 1] if not isinstance(e, int)]
