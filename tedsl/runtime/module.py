@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import cpu
-from .signature import bind_arguments, np_dtype
+from .signature import bind_arguments, check_overlap, np_dtype, overlap_pairs
 
 
 class TimingResult:
@@ -35,6 +35,7 @@ class Module:
         self._sources = sources or {}
         self._keep = list(keepalive)
         self._nparams = len(sig["params"])
+        self._alias_pairs = overlap_pairs(sig)
         self._packed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(packed_addr)
         self._fast = None
         if fast_addr:
@@ -57,6 +58,9 @@ class Module:
 
     def _call_checked(self, args):
         values, env = bind_arguments(self.signature, args)
+        params = self.signature["params"]
+        addrs = [v.ctypes.data if p["kind"] == "buffer" else 0 for p, v in zip(params, values)]
+        check_overlap(self.signature, values, addrs, self._alias_pairs)
         backup = None
         if self.signature.get("checks_indices"):
             # a run-time index check may stop the kernel half-way: keep the outputs to restore
@@ -66,7 +70,7 @@ class Module:
         slots = (ctypes.c_uint64 * max(1, n))()
         for k, (p, v) in enumerate(zip(self.signature["params"], values)):
             if p["kind"] == "buffer":
-                slots[k] = v.ctypes.data
+                slots[k] = addrs[k]
             elif p["dtype"].startswith("float") or p["dtype"] == "bfloat16":
                 slots[k] = np.array(float(v), np.float64).view(np.uint64).item()
             else:

@@ -142,7 +142,6 @@ def bind_arguments(sig, args):
                 why = " (" + ", ".join(f"{n} = {env.get(n)}" for n, _ in dim["t"]) + ")"
             raise ShapeError(f"argument {pos}: dimension {d} is {got}, expected "
                              f"{dim_str(dim)} = {want}{why}; shape {tuple(shape)}")
-    check_overlap(sig, values)
     for v in sig["size_vars"]:
         if v not in env:
             raise ShapeError(f"{sig['name']}: size {v} cannot be bound from any argument shape")
@@ -151,31 +150,36 @@ def bind_arguments(sig, args):
     return values, env
 
 
-def data_range(arr):
-    """``[start, end)`` byte addresses of a C-contiguous array's data."""
-    start = arr.__array_interface__["data"][0]
-    return start, start + arr.nbytes
+def overlap_pairs(sig):
+    """The pairs ``(k, j)`` of buffer arguments that must not share memory: at least one of
+    the two is written by the kernel (arrays only read may overlap freely)."""
+    bufs = [(k, bool(p.get("written"))) for k, p in enumerate(sig["params"])
+            if p["kind"] == "buffer"]
+    return [(k, j) for x, (k, wk) in enumerate(bufs) for j, wj in bufs[x + 1:] if wk or wj]
 
 
-def check_overlap(sig, values):
+def check_overlap(sig, values, addrs, pairs=None):
     """Refuse an array the kernel writes that shares memory with another argument.
 
     Buffer parameters are compiled as non-aliasing (``noalias``), so ``f(a, a)`` or two views
-    of one buffer would give a result different from the out-of-place call.  Arrays the kernel
-    only reads may share memory freely.
+    of one buffer would give a result different from the out-of-place call.  ``addrs`` holds
+    each buffer argument's data address: the C-contiguous data of ``values[k]`` spans
+    ``[addrs[k], addrs[k] + nbytes)``.  ``pairs``: ``overlap_pairs(sig)``, computed once.
     """
-    params = sig["params"]
-    bufs = [(k, p, data_range(v)) for k, (p, v) in enumerate(zip(params, values))
-            if p["kind"] == "buffer" and v.nbytes]
-    for x, (k, p, (s0, e0)) in enumerate(bufs):
-        for j, q, (s1, e1) in bufs[x + 1:]:
-            if not (p.get("written") or q.get("written")) or not (s0 < e1 and s1 < e0):
-                continue
-            roles = " and ".join(f"{r['name']} is {'written' if r.get('written') else 'read'}"
-                                 for r in (p, q))
-            fix = (f"a copy of the input, e.g. {p['name']}.copy()" if not p.get("written") else
-                   f"a copy of the input, e.g. {q['name']}.copy()" if not q.get("written") else
-                   "separate output arrays")
-            raise ArgumentError(
-                f"{sig['name']}: arguments {k} ({p['name']}) and {j} ({q['name']}) share memory, "
-                f"but {roles} by the kernel, which assumes they do not overlap; pass {fix}")
+    for k, j in overlap_pairs(sig) if pairs is None else pairs:
+        s0, s1 = addrs[k], addrs[j]
+        n0, n1 = values[k].nbytes, values[j].nbytes
+        if s0 < s1 + n1 and s1 < s0 + n0 and n0 and n1:
+            _overlap_error(sig, k, j)
+
+
+def _overlap_error(sig, k, j):
+    p, q = sig["params"][k], sig["params"][j]
+    roles = " and ".join(f"{r['name']} is {'written' if r.get('written') else 'read'}"
+                         for r in (p, q))
+    fix = (f"a copy of the input, e.g. {p['name']}.copy()" if not p.get("written") else
+           f"a copy of the input, e.g. {q['name']}.copy()" if not q.get("written") else
+           "separate output arrays")
+    raise ArgumentError(
+        f"{sig['name']}: arguments {k} ({p['name']}) and {j} ({q['name']}) share memory, "
+        f"but {roles} by the kernel, which assumes they do not overlap; pass {fix}")
