@@ -496,8 +496,9 @@ class KernelGen:
         rng = self.rng
         rank = rng.choice([1, 2, 2, 2, 3]) if not self.small else rng.choice([1, 2, 3, 3])
         if rank == 3:
+            cap = 24 if rng.random() < 0.3 else 12
             self.small = True
-            self.pool = [Dim(d.sym, min(d.val, 12), d.off) for d in self.pool]
+            self.pool = [Dim(d.sym, min(d.val, cap), d.off) for d in self.pool]
             for d in self.pool:
                 if d.sym:
                     self.vars[d.sym] = d.val
@@ -953,6 +954,7 @@ def normalize(msg, names):
     line = re.sub(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*", sub, line)
     line = re.sub(r"\b\d+\b", "N", line)
     line = re.sub(r"'X'", "X", line)
+    line = re.sub(r"\bX(, X)+", "X, ...", line)
     return line[:140]
 
 
@@ -991,7 +993,7 @@ class ChildRun:
 
     def names(self):
         s = self.ns.get("s")
-        names = set(self.spec.tensor_vars) | set(self.sg.names if hasattr(self, "sg") else ())
+        names = set(self.spec.tensor_vars)
         if s is not None:
             for st in s.stages:
                 names.add(st.op.name)
@@ -1114,6 +1116,7 @@ class ChildRun:
             return self._slow_check(res)
         took()
         self._slow_check(res)
+        res["dropped"] = self.dropped(ns)
         # -- data, reference, run ------------------------------------------------------------
         self.progress("data")
         try:
@@ -1139,6 +1142,27 @@ class ChildRun:
         if res["cls"] == "ok" and res["slow"]:
             res["cls"], res["phase"] = "slow", res.get("slow_phase")
         return res
+
+    def dropped(self, ns):
+        """Accepted parallel / vectorize / unroll annotations of leaf loops that appear nowhere
+        in the lowered program (a directive dropped silently; loops of extent 1 excepted)."""
+        words = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+        try:
+            low = ns["f"].get_source("lowered")
+        except Exception:
+            return []
+        out = []
+        for st in ns["s"].stages:
+            for iv, attr in getattr(st, "attrs", {}).items():
+                word = words.get(getattr(attr, "kind", None))
+                if word is None or iv not in st.leaf_iter_vars or st.attach_type != "root":
+                    continue            # an attached stage's loop may have one iteration there
+                ext = st.extent(iv)
+                if type(ext).__name__ == "Const" and getattr(ext, "value", None) == 1:
+                    continue
+                if f"for {iv.name} in {word}(" not in low:
+                    out.append(f"{st.op.name}: {attr.kind}({iv.name})")
+        return out
 
     def leaked(self, e):
         """A refusal that names a variable the user never wrote: a loop index leaked out of
@@ -1191,6 +1215,28 @@ def _child_entry(seed, case, steps, max_steps, workdir):
 _CTX = None
 
 
+def _library_modules():
+    """Every module of tedsl, so that the server imports the whole library once: a run then
+    tests one snapshot even while the files change on disk (a module imported lazily later
+    could come from a newer version than the ones imported at the start)."""
+    import importlib.util
+    spec = importlib.util.find_spec("tedsl")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = list(spec.submodule_search_locations)[0]
+    mods = []
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
+        rel = os.path.relpath(dirpath, root)
+        pkg = "tedsl" if rel == "." else "tedsl." + rel.replace(os.sep, ".")
+        for f in sorted(files):
+            if f.endswith(".py") and f not in ("__init__.py", "__main__.py"):
+                mods.append(f"{pkg}.{f[:-3]}")
+            elif f == "__init__.py" and pkg != "tedsl":
+                mods.append(pkg)
+    return [m for m in mods if "torch" not in m]
+
+
 def _context():
     global _CTX
     if _CTX is None:
@@ -1200,7 +1246,7 @@ def _context():
         ctx = multiprocessing.get_context("forkserver")
         if HERE not in sys.path:
             sys.path.insert(0, HERE)
-        ctx.set_forkserver_preload(["schedule_fuzzer", "numpy", "tedsl"])
+        ctx.set_forkserver_preload(["schedule_fuzzer", "numpy", "tedsl"] + _library_modules())
         _CTX = ctx
     return _CTX
 
@@ -1442,6 +1488,15 @@ def summary(results, out=sys.stdout):
         w("refusal kinds (primitive | normalised first line | count | longest example):\n")
         for (kind, norm), (n, ex) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:40]:
             w(f"  {n:5d}  {kind:14s} {norm}\n")
+    dropped = [(r["case"], d) for r in results for d in r.get("dropped") or ()]
+    if dropped:
+        kinds = {}
+        for case, d in dropped:
+            kinds.setdefault(d.split(":")[1].split("(")[0].strip(), []).append(case)
+        w(f"accepted annotations missing from the lowered program (dropped silently?): "
+          f"{len(dropped)} in {len({c for c, _ in dropped})} cases: " + "; ".join(
+              f"{k} x{len(v)} (cases {', '.join(map(str, sorted(set(v))[:8]))})"
+              for k, v in sorted(kinds.items())) + "\n")
     fams = {}
     for r in results:
         for f in r.get("families", []):
