@@ -31,10 +31,13 @@ def _key(e):
     if t is E.Var:
         return ("v", id(e))
     if t is E.Const:
-        return ("c", e.value, e.dtype)
+        return ("c", e.value, "int" if dt.is_int(e.dtype) else e.dtype)
     if t is E.Binary:
-        return ("b", e.op, e.dtype, _key(e.a), _key(e.b))
-    if t is E.Cast:
+        return ("b", e.op, "int" if dt.is_int(e.dtype) else e.dtype, _key(e.a), _key(e.b))
+    if t is E.Cast:       # integer widening does not change the value
+        if dt.is_int(e.dtype) and dt.is_int(e.value.dtype) and \
+                dt.bits(e.dtype) >= dt.bits(e.value.dtype):
+            return _key(e.value)
         return ("t", e.dtype, _key(e.value))
     return ("o", id(e))
 
@@ -337,6 +340,16 @@ def interval(e, ranges):
         return ranges.get(e, (None, None))
     if not dt.is_int(e.dtype):
         return (None, None)
+    if t is E.Binary and e.op in _ATOM_OPS and ranges:
+        known = ranges.get(Atom(e))
+        if known is not None:       # a guard in scope bounds this term
+            own = _interval(e, ranges)
+            return (_known(known[0], own[0], max), _known(known[1], own[1], min))
+    return _interval(e, ranges)
+
+
+def _interval(e, ranges):
+    t = type(e)
     if t is E.Cast and dt.is_int(e.value.dtype):
         return interval(e.value, ranges)
     if t is E.Select:
@@ -419,6 +432,17 @@ def _range_rule(ranges):
                         if e.op == "floordiv":
                             return from_linear(q, qc + m, e.dtype)
                         return from_linear(rest, rc - m * k, e.dtype)
+                # a guard bounds x % k: (x + c) % k and (x + c) // k follow from it
+                if lin[0] and lin[1]:
+                    x = from_linear(lin[0], 0, e.dtype)
+                    xm = E.Binary("floormod", x, e.b, e.dtype)
+                    lo, hi = interval(xm, ranges) if Atom(xm) in ranges else (None, None)
+                    if lo is not None and hi is not None and \
+                            (lo + lin[1]) // k == (hi + lin[1]) // k:
+                        m = (lo + lin[1]) // k
+                        if e.op == "floormod":
+                            return _r(E.binary("add", xm, lin[1] - m * k))
+                        return _r(E.binary("add", E.Binary("floordiv", x, e.b, e.dtype), m))
         if type(e) is E.Binary and e.op in ("min", "max") and dt.is_int(e.dtype):
             lo, hi = interval(_r(E.binary("sub", e.a, e.b)), ranges)
             if e.op == "min":

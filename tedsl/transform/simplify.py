@@ -15,7 +15,8 @@ After::
         C[j.outer] = ...
 """
 from ..ir import expr as E
-from ..ir.simplify import simplify as simplify_expr, bounds
+from ..ir import dtype as dt
+from ..ir.simplify import Atom, simplify as simplify_expr, bounds
 from ..tir import nodes as N
 
 
@@ -45,6 +46,38 @@ def _min_of(e, ranges):
     return None
 
 
+def _guarded(cond, ranges):
+    """``ranges`` plus the bounds a guard ``x >= c`` / ``x < c`` ... (and conjunctions) puts on
+    a variable or a non-affine term such as ``n % 16``."""
+    out = None
+    for c in _conjuncts(cond):
+        if type(c) is not E.Cmp or c.op not in ("ge", "gt", "le", "lt") or \
+                not dt.is_int(c.a.dtype):
+            continue
+        a, b, op = c.a, c.b, c.op
+        if isinstance(a, E.Const):
+            a, b, op = b, a, {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt"}[op]
+        if not isinstance(b, E.Const) or not (type(a) is E.Var or (
+                type(a) is E.Binary and a.op in ("floordiv", "floormod", "min", "max"))):
+            continue
+        v = int(b.value)
+        key = a if type(a) is E.Var else Atom(a)
+        out = dict(ranges) if out is None else out
+        lo, hi = out.get(key, (None, None))
+        if op in ("ge", "gt"):
+            lo = v + (op == "gt") if lo is None else max(lo, v + (op == "gt"))
+        else:
+            hi = v - (op == "lt") if hi is None else min(hi, v - (op == "lt"))
+        out[key] = (lo, hi)
+    return ranges if out is None else out
+
+
+def _conjuncts(c):
+    if type(c) is E.Binary and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
 def _go(s, ranges):
     t = type(s)
     f = lambda e: simplify_expr(e, ranges)  # noqa: E731
@@ -72,7 +105,7 @@ def _go(s, ranges):
             if c.value:
                 return _go(s.then, ranges)
             return _go(s.else_, ranges) if s.else_ is not None else N.Seq([])
-        return N.IfThen(c, _go(s.then, ranges),
+        return N.IfThen(c, _go(s.then, _guarded(c, ranges)),
                         _go(s.else_, ranges) if s.else_ is not None else None)
     if t is N.Store:
         return N.Store(s.buffer, [f(i) for i in s.indices], f(s.value))

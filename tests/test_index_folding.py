@@ -1,0 +1,138 @@
+"""Index arithmetic folds with the ranges of loop variables and guards; readable loops."""
+import re
+
+import numpy as np
+
+import tedsl as te
+from tedsl.ir import expr as E
+from tedsl.ir.printer import expr_str
+from tedsl.ir.simplify import interval, simplify
+from conftest import check_kernel, loop_nest, rand
+
+
+def i64(name):
+    return te.var(name, "int64")
+
+
+def c(v):
+    return E.Const(v, "int64")
+
+
+def s(e, ranges=None):
+    return expr_str(simplify(e, ranges))
+
+
+def test_tile_index_folds_with_loop_range():
+    jo, jc = i64("j.outer"), i64("j.c")
+    r = {jo: (0, 30), jc: (0, 31)}
+    assert s((jo * 32 + jc) // 32, r) == "j.outer"
+    assert s((jo * 32 + jc) % 32, r) == "j.c"
+    assert s((jo * 32 + jc + 32) // 32, r) == "j.outer + 1"
+    # not provable: only the whole multiple leaves
+    assert s((jo * 32 + jc) // 32, {jc: (0, 32)}) == "j.outer + j.c // 32"
+
+
+def test_symbolic_tail_bound_gives_a_constant_range():
+    jo, n = i64("j.outer"), i64("n")
+    # min(n, 32 * j + 32) - 32 * j is at most 32 whatever n and j are
+    assert interval(E.binary("min", n, jo * 32 + 32) - jo * 32, {})[1] == 32
+    assert interval(E.binary("min", c(1000), jo * 32 + 32) - jo * 32, {jo: (0, 31)}) == (8, 32)
+    ext = simplify(E.binary("min", c(1000), jo * 32 + 32) - jo * 32)
+    assert expr_str(ext) == "min(1000 - j.outer * 32, 32)"
+
+
+def test_select_becomes_min_and_mod_one_vanishes():
+    n = i64("n")
+    e = E.select(n >= 4, c(4), c(0) - c(4) * (n % 1) + n)
+    assert s(e) == "min(4, n)"
+    assert s(n % 1) == "0"
+    assert s(E.select(n < 8, n, c(8))) == "min(n, 8)"
+    assert s(E.select(n >= 8, n, c(8))) == "max(n, 8)"
+
+
+def test_equal_terms_cancel_and_multiples_leave_div_mod():
+    f, n = i64("f"), i64("n")
+    assert s(f // 8 - f // 8) == "0"
+    assert s(f // 8 * 8 + f % 8) == "f"
+    assert s(n - n // 8 * 8) == "n % 8"
+    assert s((n + 8) % 8) == "n % 8"
+    assert s((n + 8) // 8) == "n // 8 + 1"
+    assert s((f * 16 + 32) % 8) == "0"
+
+
+def test_guard_bounds_a_remainder():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2 + 1, name="B")
+    sch = te.create_schedule(B)
+    _, inner = sch[B].split(B.op.axis[0], factor=16)
+    sch[B].vectorize(inner)
+    text = str(te.lower(sch, [A, B]))
+    # under "if n % 16 >= 1", isl's (n + 15) % 16 + 1 is n % 16
+    assert "if n % 16 >= 1:" in text and "vectorized(0, n % 16)" in text, text
+
+
+def test_allocation_size_prints_simplified(rng):
+    n = te.var("n")
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n, n), lambda i, j: A[i, j] * 2, name="B")
+    C = te.compute((n, n), lambda i, j: B[i, j] + 1, name="C")
+    sch = te.create_schedule(C)
+    io, jo, ii, ji = sch[C].tile(C.op.axis[0], C.op.axis[1], 4, 8)
+    sch[B].compute_at(sch[C], jo)
+    text = str(te.lower(sch, [A, C]))
+    assert "B = allocate(float32[min(4, n), min(8, n)]" in text, text
+    assert "select(" not in text and "% 1" not in text, text
+    mod = te.build(sch, [A, C])
+    for size in (3, 12, 13):
+        a = rand(rng, (size, size))
+        check_kernel(sch, [A, C], [a], a * 2 + 1, mod=mod)
+
+
+def test_minus_infinity_prints_as_such():
+    A = te.placeholder((4, 5), name="A")
+    k = te.reduce_axis((0, 5), name="k")
+    M = te.compute((4,), lambda i: te.max(A[i, k], axis=k), name="M")
+    text = str(te.lower(te.create_schedule(M), [A, M]))
+    assert "M[i] = -inf" in text and "inff" not in text, text
+
+
+def test_no_two_nested_loops_share_a_name(rng):
+    A = te.placeholder((64, 64), name="A")
+    B = te.compute((64, 64), lambda x, y: A[x, y] * 2, name="B")
+    C = te.compute((64, 64), lambda x, y: B[x, y] + 1, name="C")
+    sch = te.create_schedule(C)
+    xo, _ = sch[C].split(C.op.axis[0], factor=16)
+    sch[B].compute_at(sch[C], xo)
+    sch[B].split(B.op.axis[0], factor=4)
+    text = str(te.lower(sch, [A, C]))
+    nest = loop_nest(text, "B[")
+    names = [nm for nm, _, _ in nest]
+    assert len(names) == len(set(names)), text
+    assert names[:2] == ["x.outer", "B.x.outer"], text
+    assert "A[x.outer * 16 + B.x.outer * 4 + x.inner, y]" in text, text
+    a = rand(rng, (64, 64))
+    check_kernel(sch, [A, C], [a], a * 2 + 1)
+
+
+def test_gemm_odd_size_has_no_div_or_mod():
+    from tedsl.cli import gemm_template
+    from tedsl.tune import Space
+    sch, args = gemm_template(Space({"tile_i": 8, "tile_j": 32, "unroll_k": 4,
+                                     "unroll_rows": True}), 257)
+    text = str(te.lower(sch, args))
+    assert not re.search(r"//|%", text), text
+    assert "Bp[j.outer, k.outer * 4 + k.inner, j.c]" in text, text
+
+
+def test_folded_indices_compute_the_same(rng):
+    # a tiled transpose-add with a guard: folding must not change results
+    A = te.placeholder((45, 70), name="A")
+    B = te.compute((45, 70), lambda i, j: A[i, j] + A[44 - i, 69 - j], name="B")
+    sch = te.create_schedule(B)
+    io, jo, ii, ji = sch[B].tile(B.op.axis[0], B.op.axis[1], 8, 16)
+    sch[B].vectorize(ji)
+    sch[B].unroll(ii)
+    a = rand(rng, (45, 70))
+    check_kernel(sch, [A, B], [a], a + a[::-1, ::-1])
+    assert np.isfinite(a).all()
