@@ -3,6 +3,8 @@ messages for attach points a later call made stale.
 
 Every kernel is compared with numpy on seeded random inputs with poisoned outputs.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,22 @@ def test_attach_to_a_stage_whose_read_was_replaced_names_the_call():
     with pytest.raises(te.AttachError, match=r"Q also reads R and can never run inside loop i "
                                              r"of W \(it is an output\)"):
         s[R].compute_at(s[W], W.op.axis[0])
+
+
+def test_long_lists_of_legal_places_stay_short():
+    A = te.placeholder((64, 64), "float32", name="A")
+    P = te.compute((64, 64), lambda i, j: A[i, j] * 2.0, name="Producer")
+    Q = te.compute((64, 64), lambda i, j: P[i, j] + 1.0, name="Consumer")
+    R = te.compute((64, 64), lambda i, j: Q[i, j] * 3.0, name="Result")
+    s = te.create_schedule(R)
+    ax = list(Q.op.axis)
+    for _ in range(5):                      # many loops in the one stage that can hold Producer
+        o, i = s[Q].split(ax[-1], factor=2)
+        ax = ax[:-1] + [o, i]
+    s[P].compute_at(s[R], R.op.axis[1])     # Consumer stays at the root
+    with pytest.raises(te.AttachError) as ex:
+        te.lower(s, [A, R])
+    msg = str(ex.value)
+    assert "its reader Consumer is computed at the root, outside that loop" in msg
+    assert len(msg) <= 600 and re.search(r"\n  \.\.\. and \d+ more$", msg), msg
+    assert "  s[Producer].compute_at(s[Consumer], i)\n" in msg

@@ -138,11 +138,19 @@ def reader_outside_message(schedule, pstage, parent, iv, reader, what):
                f"loop; attach {reader.name} inside it too "
                f"(s[{reader.name}].compute_at(s[{parent.name}], {iv.name})) or choose a legal "
                "location")
-    legal = schedule._legal_attach_points(pstage)
-    shown = legal[:8] + ([f"... and {len(legal) - 8} more"] if len(legal) > 8 else [])
-    return (f"{what}: stage {pstage.name} cannot be computed at loop {iv.name} of "
-            f"{parent.name}: {why}.\nLegal locations for {pstage.name} are:\n" +
-            "\n".join("  " + x for x in shown))
+    head = (f"{what}: stage {pstage.name} cannot be computed at loop {iv.name} of "
+            f"{parent.name}: {why}.\nLegal locations for {pstage.name} are:\n")
+    return head + legal_lines(schedule._legal_attach_points(pstage), 600 - len(head))
+
+
+def legal_lines(legal, budget):
+    """The lines of ``legal`` (attach points) that fit in ``budget`` characters, indented, with
+    a count of those left out (messages stay short)."""
+    lines = ["  " + x for x in legal]
+    k = len(lines)
+    while k > 1 and len("\n".join(lines[:k] + [f"  ... and {len(lines) - k} more"])) > budget:
+        k -= 1
+    return "\n".join(lines[:k] + ([f"  ... and {len(lines) - k} more"] if k < len(lines) else []))
 
 
 def _empty_fill(pa, value):

@@ -217,11 +217,11 @@ def check_attach(schedule, stage, parent, iv, what):
                 break
     if why is not None:
         from ..errors import AttachError
-        legal = legal_attach_points(schedule, stage)
-        shown = legal[:8] + ([f"... and {len(legal) - 8} more"] if len(legal) > 8 else [])
-        raise AttachError(f"{what}: stage {stage.name} cannot be computed at loop {iv.name} of "
-                          f"{parent.name}: {why}.\nLegal locations for {stage.name} are:\n" +
-                          "\n".join("  " + x for x in shown))
+        from .attach import legal_lines
+        head = (f"{what}: stage {stage.name} cannot be computed at loop {iv.name} of "
+                f"{parent.name}: {why}.\nLegal locations for {stage.name} are:\n")
+        raise AttachError(head + legal_lines(legal_attach_points(schedule, stage),
+                                             600 - len(head)))
 
 
 def _what(kind, iv, attr):
