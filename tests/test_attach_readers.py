@@ -212,3 +212,52 @@ def test_long_lists_of_legal_places_stay_short():
     assert "its reader Consumer is computed at the root, outside that loop" in msg
     assert len(msg) <= 600 and re.search(r"\n  \.\.\. and \d+ more$", msg), msg
     assert "  s[Producer].compute_at(s[Consumer], i)\n" in msg
+
+
+def test_pending_attach_points_build_at_the_root_for_checks_while_scheduling():
+    # while the schedule is written, M may be attached before Ex (which reads it) is: checks
+    # made then build M at the root; lower still refuses if Ex never follows
+    from tedsl.poly.program import build_program
+    A, M, Ex, S, Out = softmax_stages(4, 5)
+    s = te.create_schedule(Out)
+    s[M].compute_at(s[Out], Out.op.axis[0])
+    prog = build_program(s, pending="root")
+    assert M.op not in {st.op for st in prog.footprints}
+    assert any(st.stage is s[M] and not any(isinstance(e, tuple) and e[0] is Out.op.axis[0]
+                                            for e in st.sched) for st in prog.statements)
+    with pytest.raises(te.AttachError, match=r"its reader Ex is computed at the root"):
+        build_program(s)
+    s[Ex].compute_at(s[Out], Out.op.axis[0])     # S, which reads Ex, is still at the root
+    prog = build_program(s, pending="root")
+    assert {st.op.name for st in prog.footprints} == set()
+    s[S].compute_at(s[Out], Out.op.axis[0])
+    prog = build_program(s, pending="root")
+    assert {st.op.name for st in prog.footprints} == {"M", "Ex", "S"}
+
+
+@pytest.mark.parametrize("later", ["split", "fuse"])
+def test_attach_loop_replaced_by_a_later_split_or_fuse_names_the_call(later, rng):
+    A = te.placeholder((18, 23), "float32", name="A")
+    P = te.compute((18, 23), lambda i, j: A[i, j] * 2.0, name="P")
+    B = te.compute((18, 23), lambda i, j: P[i, j] + 1.0, name="B")
+    s = te.create_schedule(B)
+    io, jo, ii, ji = s[B].tile(B.op.axis[0], B.op.axis[1], 4, 5)
+    s[P].compute_at(s[B], ii)
+    if later == "split":
+        new = s[B].split(ii, factor=2)[1]
+        msg = (r"^s\[P\]\.compute_at\(s\[B\], i\.inner\): s\[B\]\.split\(i\.inner\), a later "
+               r"call, replaced loop i\.inner by i\.inner\.outer, i\.inner\.inner; attach P at "
+               r"one of those \(e\.g\. s\[P\]\.compute_at\(s\[B\], i\.inner\.inner\)\), after the "
+               r"split$")
+    else:
+        new = s[B].fuse(jo, ii)
+        s[B].tile(new, ji, 3, 2)
+        new = s[B].leaf_iter_vars[3]
+        msg = (r"^s\[P\]\.compute_at\(s\[B\], i\.inner\): s\[B\]\.fuse\(j\.outer, i\.inner\), a "
+               r"later call, replaced loop i\.inner by j\.outer\.i\.inner\.fused\.outer, "
+               r"j\.outer\.i\.inner\.fused\.inner; attach P at one of those")
+    with pytest.raises(te.AttachError, match=msg):
+        te.lower(s, [A, B])
+    s[P].compute_at(s[B], new)
+    a = rand(rng, (18, 23))
+    check_kernel(s, [A, B], [a], a * 2 + 1)

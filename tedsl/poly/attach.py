@@ -153,6 +153,46 @@ def legal_lines(legal, budget):
     return "\n".join(lines[:k] + ([f"  ... and {len(lines) - k} more"] if k < len(lines) else []))
 
 
+def _replaced_by(stage, iv):
+    """The later ``split`` / ``fuse`` of ``stage`` that consumed loop ``iv``: (the call in the
+    user's words, the leaf loops ``iv`` became), or None."""
+    from ..schedule.relations import Fuse, Split
+    for rel in stage.relations:
+        if isinstance(rel, Split) and rel.parent is iv:
+            call, new = f"split({iv.name})", [rel.outer, rel.inner]
+        elif isinstance(rel, Fuse) and (rel.outer is iv or rel.inner is iv):
+            call, new = f"fuse({rel.outer.name}, {rel.inner.name})", [rel.fused]
+        else:
+            continue
+        leaves = []
+        for v in new:
+            if any(v is x for x in stage.leaf_iter_vars):
+                leaves.append(v)
+            else:
+                more = _replaced_by(stage, v)
+                leaves += [x for x in (more[1] if more else []) if all(x is not y for y in leaves)]
+        return call, leaves
+    return None
+
+
+def stale_loop_message(pstage, cstage, iv, what):
+    """The refusal of an attach point that a later ``split`` / ``fuse`` of the target replaced,
+    or None when ``iv`` is still a loop of ``cstage``."""
+    if any(v is iv for v in cstage.leaf_iter_vars):
+        return None
+    got = _replaced_by(cstage, iv)
+    pn = pstage.op.outputs[0].name
+    if got is None:
+        return (f"{what}: loop {iv.name} is no longer a loop of {cstage.name}; attach {pn} at one "
+                f"of its loops ({', '.join(v.name for v in cstage.leaf_iter_vars)})")
+    call, leaves = got
+    names = ", ".join(v.name for v in leaves)
+    fix = f"s[{pn}].compute_at(s[{cstage.name}], {leaves[-1].name})" if leaves else \
+        f"s[{pn}].compute_root()"
+    return (f"{what}: s[{cstage.name}].{call}, a later call, replaced loop {iv.name} by "
+            f"{names}; attach {pn} at one of those (e.g. {fix}), after the {call.split('(')[0]}")
+
+
 def _empty_fill(pa, value):
     """``pa``, or the constant ``value`` where ``pa`` is defined nowhere (nothing is read at
     any iteration: the buffer is never touched).  Where only some iterations read nothing,
@@ -177,6 +217,9 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     resolve = state_resolver(program.schedule)
     outs = [resolve(t) for t in pstage.op.outputs]
     out_keys = {(id(t.op), t.value_index) for t in outs}
+    stale = stale_loop_message(pstage, cstage, iv, what)
+    if stale is not None:
+        raise AttachError(stale)
     readers = []
     for s in statements:
         if s.stage is pstage:

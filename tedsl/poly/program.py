@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..errors import DefinitionError, ScheduleError
+from ..errors import AttachError, DefinitionError, ScheduleError
 from ..ir import expr as E
 from ..ir.functor import substitute, transform
 from ..schedule.relations import Fuse, Split
@@ -298,18 +298,39 @@ def size_vars_of(schedule):
     return list(out)
 
 
-def build_program(schedule):
-    """The polyhedral statements of ``schedule`` (stages at the root, in dataflow order)."""
+def build_program(schedule, pending="raise"):
+    """The polyhedral statements of ``schedule`` (stages at the root, in dataflow order).
+
+    ``compute_at`` is legal in any call order, so while a schedule is being written an attach
+    point may not hold yet (softmax's maximum attached at the output's row loop before the
+    exponentials that read it are).  ``pending="root"`` builds such a stage at the root (for
+    checks made while the schedule is written, e.g. ``parallel`` at its call); the default
+    raises its ``AttachError`` (``lower``)."""
+    as_root = set()
+    while True:
+        try:
+            return _build(schedule, as_root)
+        except AttachError as ex:
+            st = getattr(ex, "stage", None)
+            if pending != "root" or st is None or id(st) in as_root:
+                raise
+            as_root.add(id(st))
+
+
+def _build(schedule, as_root):
     from .scan import scan_members
     names = IslNames()
     stmts = []
     counter = [0]
     root = 0
     owned = scan_members(schedule)
+
+    def attached_here(st):
+        return st.attach_type == "scope" and id(st) not in as_root
     for st in schedule.stages:
         if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline" or id(st.op) in owned:
             continue
-        if st.attach_type == "scope":
+        if attached_here(st):
             continue
         if isinstance(st.op, ComputeOp):
             stmts += stage_statements(st, [root], names, schedule, counter)
@@ -321,14 +342,18 @@ def build_program(schedule):
     prog = Program(schedule, stmts, names, size_vars_of(schedule))
     prog.iv_stage = {iv: st for st in schedule.stages for iv in st.all_iter_vars}
     prog.footprints = {}
-    attached = [st for st in schedule.stages if st.attach_type == "scope"]
+    attached = [st for st in schedule.stages if attached_here(st)]
     if attached:
         from .attach import attach_stage
 
         def make(st, prefix, cnt):
             return stage_statements(st, prefix, names, schedule, cnt)
         for st in reversed(attached):
-            new, fp = attach_stage(prog, st, prog.statements, make, counter)
+            try:
+                new, fp = attach_stage(prog, st, prog.statements, make, counter)
+            except AttachError as ex:
+                ex.stage = st
+                raise
             prog.statements = prog.statements + new
             prog.by_name.update({x.name: x for x in new})
             prog.footprints[st] = fp
