@@ -1540,11 +1540,16 @@ LETTER = {"ok": ".", "refused": "r", "wrong": "W", "internal": "I", "crash": "C"
 
 
 def git_head():
+    """The commit of the tedsl under test (and its location when it is not this checkout)."""
+    import importlib.util
+    spec = importlib.util.find_spec("tedsl")
+    where = os.path.dirname(os.path.dirname(spec.origin)) if spec and spec.origin else REPO
     try:
-        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip() or "?"
     except OSError:
-        return "?"
+        head = "?"
+    return head if os.path.samefile(where, REPO) else f"{head} (tedsl from {where})"
 
 
 def main(argv=None):
