@@ -236,3 +236,36 @@ def test_kernel_grid_comes_from_isl():
     k, = lower_threads(te.lower(s, [A, B])).kernels
     assert k.block == (64, 1, 1)
     assert [k.grid_dims({"n": v})[0] for v in (0, 1, 64, 65)] == [0, 1, 1, 2]
+
+
+# -- barriers from the dependences ------------------------------------------------------------
+
+def _staged(shift):
+    """``C[i] = T[i] + T[i + shift]`` with ``T = 2 * A`` staged in shared memory per block of
+    64 threads; each thread loads the element of T with its own index (and the 64 threads
+    load the block's halo in a second round)."""
+    n = 256
+    A = te.placeholder((n + shift,), "float32", name="A")
+    T = te.compute((n + shift,), lambda i: A[i] * 2, name="T")
+    C = te.compute((n,), lambda i: T[i] + T[i + shift], name="C")
+    s = te.create_schedule(C)
+    s[T].set_scope("shared")
+    bx, tx = s[C].split(C.op.axis[0], factor=64)
+    bind(s[C], bx, "blockIdx.x")
+    bind(s[C], tx, "threadIdx.x")
+    s[T].compute_at(s[C], bx)
+    _, ti = s[T].split(T.op.axis[0], factor=64)
+    bind(s[T], ti, "threadIdx.x")
+    return s, [A, C], n
+
+
+@pytest.mark.parametrize("shift, barriers", [(0, 0), (1, 1)])
+def test_barrier_only_where_a_dependence_crosses_threads(backend, shift, barriers):  # noqa: F811
+    s, args, n = _staged(shift)
+    mod = backend(s, args, name=f"staged{shift}")
+    # each thread reads only the element it wrote: no barrier; a neighbour's element: one
+    assert mod.get_source("cuda").count("__syncthreads();") == barriers
+    a = np.random.default_rng(3).standard_normal(n + shift).astype(np.float32)
+    c = te.nd.array(np.full(n, np.nan, np.float32), device=te.cuda(0))
+    mod(te.nd.array(a, device=te.cuda(0)), c)
+    np.testing.assert_allclose(c.numpy(), 2 * a[:n] + 2 * a[shift:n + shift], rtol=1e-6)

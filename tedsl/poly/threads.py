@@ -1,4 +1,4 @@
-"""Exact launch extents of loops bound to GPU indices, computed by isl.
+"""GPU thread mapping decided by isl: exact launch extents, and races between threads.
 
 A loop of the lowered program that is bound to ``threadIdx``/``blockIdx`` runs its
 iterations ``lo, lo + step, ...`` below ``hi`` on consecutive thread (block) indices; the
@@ -13,6 +13,10 @@ count is maximised there, exactly:
   at call time): ``for i.outer in [0, floor((n + 63) / 64))`` gives ``(n + 63) // 64``
   blocks, and a loop whose bounds depend on an outer block index gives the largest count.
 
+:func:`may_race` decides whether two accesses to a block's shared memory may touch one
+element from two different threads of a block (a dependence that crosses threads, which a
+``__syncthreads()`` must separate).
+
 Loops are described by plain expressions (``(var, lo, hi, step)`` ranges and ``(var, value)``
 definitions), so that this module needs nothing of the loop IR.  A bound that is not
 quasi-affine (it reads memory, say) leaves its variable unconstrained: the result is then
@@ -24,6 +28,7 @@ import islpy as isl
 
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir.functor import free_vars
 from .astgen import AstConverter
 from .convert import IslNames, NotAffine
 
@@ -31,32 +36,27 @@ _SUM = {"add": "+", "sub": "-"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "="}
 
 
-def _text(e, names, dims, params):
-    """isl text of the integer expression ``e`` (``min``/``max`` allowed); Vars not in
-    ``dims`` are recorded in ``params``.  Raises NotAffine."""
+def _text(e, name):
+    """isl text of the integer expression ``e`` (``min``/``max`` allowed); ``name(var)``
+    gives a variable's isl name.  Raises NotAffine."""
     t = type(e)
     if t is E.Const and (dt.is_int(e.dtype) or e.dtype == "bool"):
         return str(int(e.value))
     if t is E.Var and dt.is_int(e.dtype):
-        n = names.name(e)
-        if e not in dims:
-            params[n] = e
-        return n
+        return name(e)
     if t is E.Cast and dt.is_int(e.dtype) and dt.is_int(e.value.dtype):
-        return _text(e.value, names, dims, params)
+        return _text(e.value, name)
     if t is E.Binary and dt.is_int(e.dtype):
         if e.op in _SUM:
-            return (f"({_text(e.a, names, dims, params)} {_SUM[e.op]} "
-                    f"{_text(e.b, names, dims, params)})")
+            return f"({_text(e.a, name)} {_SUM[e.op]} {_text(e.b, name)})"
         if e.op in ("min", "max"):
-            return (f"{e.op}({_text(e.a, names, dims, params)}, "
-                    f"{_text(e.b, names, dims, params)})")
+            return f"{e.op}({_text(e.a, name)}, {_text(e.b, name)})"
         if e.op == "mul":
             for k, x in ((e.a, e.b), (e.b, e.a)):
                 if type(k) is E.Const:
-                    return f"({int(k.value)} * {_text(x, names, dims, params)})"
+                    return f"({int(k.value)} * {_text(x, name)})"
         if e.op in ("floordiv", "floormod") and type(e.b) is E.Const and e.b.value > 0:
-            a, k = _text(e.a, names, dims, params), int(e.b.value)
+            a, k = _text(e.a, name), int(e.b.value)
             return f"floor({a} / {k})" if e.op == "floordiv" else f"({a} mod {k})"
     raise NotAffine(e)
 
@@ -84,7 +84,13 @@ class LoopNest:
                 self._range(self._t(var), lo, hi, step)
 
     def _t(self, e):
-        return _text(e, self.names, self.dims, self.params)
+        return _text(e, self._name)
+
+    def _name(self, v):
+        n = self.names.name(v)
+        if v not in self.dims:
+            self.params[n] = v
+        return n
 
     def _add(self, make):
         try:
@@ -163,4 +169,144 @@ def _zero(ctx):
     return isl.PwAff(f"[{params}] -> {{ [0] }}").intersect_params(ctx)
 
 
-__all__ = ["LoopNest"]
+# -- races between the threads of a block -------------------------------------------------------
+
+class Access:
+    """One access to a block's shared memory: ``buffer[indices]`` (``write`` or a read),
+    executed inside ``context`` (outermost first: loop ranges ``(var, lo, hi, step, tag)``
+    with the ``threadIdx`` tag a loop is bound to, or ``""``; definitions ``(var, value)``;
+    conditions ``(None, cond)``).  ``carried`` holds the loops whose iteration may differ
+    from that of another access inside the same loop (the access was made in an earlier
+    iteration, before the loop's back edge)."""
+    __slots__ = ("buffer", "indices", "context", "write", "carried", "base", "_variants")
+
+    def __init__(self, buffer, indices, context, write, carried=frozenset(), base=None):
+        self.buffer, self.indices, self.context = buffer, list(indices), list(context)
+        self.write, self.carried = write, frozenset(carried)
+        self.base = self if base is None else base
+        self._variants = {self.carried: self} if base is None else None
+
+    def variant(self, carried):
+        """The same access with loops ``carried`` (one object per set, so that results can
+        be cached by identity)."""
+        carried = frozenset(carried)
+        v = self.base._variants
+        out = v.get(carried)
+        if out is None:
+            out = v[carried] = Access(self.buffer, self.indices, self.context, self.write,
+                                      carried, self.base)
+        return out
+
+    def carried_over(self, var):
+        """This access as seen from the next iteration of the loop of ``var``."""
+        return self if var in self.carried else self.variant(self.carried | {var})
+
+
+def may_race(a, b, tags, block, sizes=()):
+    """Whether two threads of one block can touch one element through ``a`` and ``b`` (in one
+    barrier phase, one of them writing), as isl decides over the exact loop nests.
+
+    ``tags`` and ``block`` are the ``threadIdx`` tags and sizes.  The loops around both
+    accesses are shared (the same iteration) except those in ``carried``.  A thread index
+    that no enclosing loop is bound to is 0 for a write (such stores are made by thread 0)
+    and any index for a read.  A non-affine index is taken to race; a non-affine bound is
+    dropped (more instances: more races, never fewer)."""
+    if a.buffer is not b.buffer or not (a.write or b.write):
+        return False
+    common = _common(a, b, tags)
+    names, params, dims = IslNames(), {}, []
+    sizes = list(sizes)
+
+    def namer(copy):
+        def name(v):
+            n = names.name(v)
+            if v in common:
+                if n not in dims:
+                    dims.append(n)
+                return n
+            if any(e[0] is v for e in (a if copy == "a" else b).context):
+                n = f"{n}_{copy}"
+                if n not in dims:
+                    dims.append(n)
+                return n
+            params[n] = v
+            return n
+        return name
+
+    cons, tid = [], {}
+    for copy, acc in (("a", a), ("b", b)):
+        name = namer(copy)
+        t = {tag: f"tedsl_{copy}_{k}" for k, tag in enumerate(tags)}
+        tid[copy] = t
+        dims.extend(t.values())
+        bound = set()
+
+        def add(text_fn):
+            try:
+                cons.append(text_fn())
+            except NotAffine:
+                pass
+        for e in acc.context:
+            if e[0] is None:
+                for c in _conjuncts(e[1]):
+                    if type(c) is E.Cmp and c.op in _CMP:
+                        add(lambda c=c: f"{_text(c.a, name)} {_CMP[c.op]} {_text(c.b, name)}")
+            elif len(e) == 2:
+                add(lambda e=e: f"{name(e[0])} = {_text(e[1], name)}")
+            else:
+                var, lo, hi, step, tag = e
+                add(lambda: f"{name(var)} >= {_text(lo, name)}")
+                add(lambda: f"{name(var)} < {_text(hi, name)}")
+                if tag in t:
+                    bound.add(tag)
+                    add(lambda: f"{name(var)} = {_text(lo, name)} + {int(step)} * {t[tag]}")
+                elif step != 1:
+                    add(lambda: f"exists k: {name(var)} = {_text(lo, name)} + {int(step)} * k")
+        for tag, n in zip(tags, block):
+            cons.append(f"0 <= {t[tag]} < {n}")
+            if tag not in bound and acc.write:
+                cons.append(f"{t[tag]} = 0")
+        try:
+            idx = [_text(i, name) for i in acc.indices]
+        except NotAffine:
+            return True
+        tid[copy + "_idx"] = idx
+    cons += [f"{x} = {y}" for x, y in zip(tid["a_idx"], tid["b_idx"])]
+    differ = [f"({tid['a'][tag]} < {tid['b'][tag]} or {tid['a'][tag]} > {tid['b'][tag]})"
+              for tag, n in zip(tags, block) if n > 1]
+    if not differ:
+        return False
+    cons.append("(" + " or ".join(differ) + ")")
+    size_names = {names.name(v) for v in sizes}
+    cons += [f"{p} >= 0" for p in params if p in size_names]
+    text = f"[{', '.join(params)}] -> {{ [{', '.join(dims)}] : {' and '.join(cons)} }}"
+    return not isl.Set(text).is_empty()
+
+
+def _common(a, b, tags):
+    """The variables that have one value for both accesses: loops and definitions around
+    both, run by every thread alike, not carried, and defined from such variables only.  A
+    loop bound to a thread index is never common: two threads run different iterations."""
+    both = {e[0] for e in a.context if e[0] is not None} & \
+        {e[0] for e in b.context if e[0] is not None}
+    scope = {e[0] for e in a.context + b.context if e[0] is not None}
+    common = set()
+    for e in a.context:
+        v = e[0]
+        if v is None or v not in both or v in a.carried or v in b.carried:
+            continue
+        if len(e) == 5 and e[4] in tags:
+            continue
+        used = [u for x in e[1:3] for u in free_vars(x)]
+        if all(u in common or u not in scope for u in used):
+            common.add(v)
+    return common
+
+
+def _conjuncts(c):
+    if type(c) is E.Binary and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+__all__ = ["LoopNest", "Access", "may_race"]

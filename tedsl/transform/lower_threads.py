@@ -34,9 +34,12 @@ Rules, in the order the passes apply them:
   stored by the first thread.
 * Stores to shared or global memory that no loop of some ``threadIdx`` axis covers are made
   by the thread with index 0 on that axis only.
-* ``__syncthreads()`` (a ``Barrier``) goes after the statements that fill a shared buffer and
-  before its readers, and at the start of a loop body that refills a buffer read in the
-  previous iteration.  Thread guards are pushed below barriers so that every thread of a block
+* ``__syncthreads()`` (a ``Barrier``) goes where a dependence through shared memory crosses
+  the threads of a block: before a statement whose access may touch an element that another
+  thread accessed since the last barrier, one of them writing (isl decides over the exact
+  loop nests, :func:`tedsl.poly.threads.may_race`), and at the start of a loop body when
+  that holds for accesses of the previous iteration.  A thread reading back only what it
+  wrote itself needs none.  Thread guards are pushed below barriers so that every thread of a block
   reaches them; a barrier under control flow that depends on ``threadIdx`` is an error.
 """
 from ..errors import ScheduleError
@@ -45,7 +48,7 @@ from ..ir import expr as E
 from ..ir.functor import free_vars, substitute, transform, walk
 from ..ir.printer import expr_str
 from ..ir.simplify import simplify
-from ..poly.threads import LoopNest
+from ..poly.threads import Access, LoopNest, may_race
 from ..tir import nodes as N
 from ..tir.functor import map_exprs
 from .thread_analysis import (CrossThreadReduce, accesses, affine, canonical, children,
@@ -176,7 +179,7 @@ def _lower_kernel(func, s, name):
     _check_scopes(s)
     s = rewrite(s, _reduce_across_threads)
     s = rewrite(s, lambda a: _privatize(a, block))
-    s = _sync(s, (frozenset(), frozenset()), frozenset())[0]
+    s = _Sync(block, func.size_vars).run(s, [], frozenset())[0]
     s = _bind(s, block, guard, frozenset())
     _check_barriers(s, set(INDEX[t] for t in THREAD_TAGS), False)
     shared = []
@@ -509,67 +512,124 @@ def _reduce_across_threads(loop):
 
 # -- 4. barriers ------------------------------------------------------------------------------
 
-def _shared_rw(s):
-    reads, writes = set(), set()
-    for _, buf, _, store, _ in accesses(s):
-        if buf.scope == "shared":
-            (writes if store else reads).add(buf)
-    return reads, writes
+def _context(stack):
+    """The loop nest of ``stack`` as :class:`tedsl.poly.threads.Access` context entries."""
+    ctx = []
+    for o in stack:
+        t = type(o)
+        if t is N.For:
+            tag = o.thread_tag if o.kind == "thread" and o.thread_tag in THREAD_TAGS else ""
+            ctx.append((o.var, o.lo, o.hi, o.step, tag))
+        elif t is N.LetStmt:
+            ctx.append((o.var, o.value))
+        elif t is N.IfThen and o.else_ is None:
+            ctx.append((None, o.cond))
+    return ctx
 
 
-def _sync(s, state, varying, divergent=False):
-    """Insert barriers into ``s``.  ``state`` is (written, read): the shared buffers accessed
-    since the last barrier; ``varying`` the variables that depend on threadIdx.  Returns
-    ``(statement, state)``."""
-    t = type(s)
-    dirty, read = state
-    if t is N.Barrier:
-        return s, (frozenset(), frozenset())
-    if t is N.Seq:
-        out = []
-        for c in s.stmts:
-            r, w = _shared_rw(c)
-            clash = r & dirty | w & read
-            if clash:
-                if divergent:
-                    raise ScheduleError(
-                        f"shared buffer {sorted(b.name for b in clash)[0]} needs a "
-                        "__syncthreads() inside control flow that depends on threadIdx (a loop "
-                        "bound or a condition), where not every thread would reach it")
-                out.append(N.Barrier())
-                dirty, read = frozenset(), frozenset()
-            c, (dirty, read) = _sync(c, (dirty, read), varying, divergent)
-            out.append(c)
-        return N.seq(out), (dirty, read)
-    if t is CrossThreadReduce:
-        body, _ = _sync(s.body, state, varying, divergent)
-        epi, st = _sync(s.epilogue, (frozenset(), frozenset()), varying, divergent)
-        return CrossThreadReduce(s.accs, s.tag, body, epi), st
-    if t is N.For and s.kind == "thread" and s.thread_tag != "vthread":
-        inner = varying | {s.var} if s.thread_tag in THREAD_TAGS else varying
-        body, st = _sync(s.body, state, inner, divergent)
-        return s.replace(body=body), st
-    if t is N.For:
-        div = divergent or any(v in varying for v in free_vars(s.lo) + free_vars(s.hi))
-        inner = varying | {s.var} if div else varying
-        _, end = _sync(s.body, state, inner, div)
-        merged = (dirty | end[0], read | end[1])
-        body, out = _sync(N.Seq((s.body,)), merged, inner, div)
-        return s.replace(body=body), (out[0] | dirty, out[1] | read)
-    if t is N.IfThen:
-        div = divergent or any(v in varying for v in free_vars(s.cond))
-        then, a = _sync(s.then, state, varying, div)
-        other, b = _sync(s.else_, state, varying, div) if s.else_ is not None else (None, state)
-        return N.IfThen(s.cond, then, other), (a[0] | b[0], a[1] | b[1])
-    if t is N.LetStmt:
-        inner = varying | {s.var} if any(v in varying for v in free_vars(s.value)) else varying
-        body, st = _sync(s.body, state, inner, divergent)
-        return N.LetStmt(s.var, s.value, body), st
-    if t is N.Allocate:
-        body, st = _sync(s.body, state, varying, divergent)
-        return N.Allocate(s.buffer, body), st
-    r, w = _shared_rw(s)
-    return s, (dirty | w, read | r)
+
+
+class _Sync:
+    """Barrier placement: a ``__syncthreads()`` goes before a statement when one of its
+    shared-memory accesses and one made since the last barrier may touch the same element
+    from two threads of the block, one of them writing (a RAW, WAR or WAW dependence that
+    crosses threads, decided by isl over the exact loop nests); accesses made in the previous
+    iteration of a loop are checked at the start of its body (with that loop's iteration
+    free).  Accesses of one thread to its own elements need no barrier."""
+
+    def __init__(self, block, sizes):
+        self.block, self.sizes = block, list(sizes)
+        self._accesses, self._races = {}, {}     # the body is walked twice per loop
+
+    def accesses(self, s, stack):
+        """The shared-memory accesses in ``s`` (inside ``stack``), as isl access records."""
+        key = (id(s),) + tuple(id(x) for x in stack)
+        out = self._accesses.get(key)
+        if out is None:
+            out = [Access(buf, idx, _context(stack + inner), store)
+                   for _, buf, idx, store, inner in accesses(s) if buf.scope == "shared"]
+            self._accesses[key] = (out, s, stack)
+            return out
+        return out[0]
+
+    def races(self, p, x):
+        key = (id(p), id(x))
+        hit = self._races.get(key)
+        if hit is None:
+            hit = self._races[key] = (may_race(p, x, THREAD_TAGS, self.block, self.sizes),
+                                      p, x)
+        return hit[0]
+
+    def clash(self, pending, new):
+        for x in new:
+            for p in pending:
+                if p.buffer is x.buffer and (p.write or x.write) and self.races(p, x):
+                    return x.buffer
+        return None
+
+    def run(self, s, state, varying, divergent=False, stack=()):
+        """Insert barriers into ``s``.  ``state`` lists the shared accesses made since the last
+        barrier; ``varying`` the variables that depend on threadIdx.  Returns ``(statement,
+        state)``."""
+        t = type(s)
+        if t is N.Barrier:
+            return s, []
+        if t is N.Seq:
+            out = []
+            for c in s.stmts:
+                buf = self.clash(state, self.accesses(c, stack)) if state else None
+                if buf is not None:
+                    if divergent:
+                        raise ScheduleError(
+                            f"shared buffer {buf.name} needs a __syncthreads() inside control "
+                            "flow that depends on threadIdx (a loop bound or a condition), "
+                            "where not every thread would reach it")
+                    out.append(N.Barrier())
+                    state = []
+                c, state = self.run(c, state, varying, divergent, stack)
+                out.append(c)
+            return N.seq(out), state
+        if t is CrossThreadReduce:
+            body, _ = self.run(s.body, state, varying, divergent, stack + (s,))
+            epi, st = self.run(s.epilogue, [], varying, divergent, stack + (s,))
+            return CrossThreadReduce(s.accs, s.tag, body, epi), st
+        inner_stack = stack + (s,)
+        if t is N.For and s.kind == "thread" and s.thread_tag != "vthread":
+            inner = varying | {s.var} if s.thread_tag in THREAD_TAGS else varying
+            body, st = self.run(s.body, state, inner, divergent, inner_stack)
+            return s.replace(body=body), st
+        if t is N.For:
+            div = divergent or any(v in varying for v in free_vars(s.lo) + free_vars(s.hi))
+            inner = varying | {s.var} if div else varying
+            _, end = self.run(s.body, state, inner, div, inner_stack)
+            merged = _union(state, [a.carried_over(s.var) for a in end])
+            body, out = self.run(N.Seq((s.body,)), merged, inner, div, inner_stack)
+            return s.replace(body=body), _union(out, state)
+        if t is N.IfThen:
+            div = divergent or any(v in varying for v in free_vars(s.cond))
+            then, a = self.run(s.then, state, varying, div, inner_stack)
+            other, b = self.run(s.else_, state, varying, div, inner_stack) \
+                if s.else_ is not None else (None, state)
+            return N.IfThen(s.cond, then, other), _union(a, b)
+        if t is N.LetStmt:
+            inner = varying | {s.var} if any(v in varying for v in free_vars(s.value)) \
+                else varying
+            body, st = self.run(s.body, state, inner, divergent, inner_stack)
+            return N.LetStmt(s.var, s.value, body), st
+        if t is N.Allocate:
+            body, st = self.run(s.body, state, varying, divergent, inner_stack)
+            return N.Allocate(s.buffer, body), st
+        return s, _union(state, self.accesses(s, stack))
+
+
+def _union(a, b):
+    """The accesses of ``a`` and ``b``, one record per access: one carried over a loop in
+    either stands for both (its instances include the other's)."""
+    out = {}
+    for x in list(a) + list(b):
+        y = out.get(id(x.base))
+        out[id(x.base)] = x if y is None or y is x else y.variant(y.carried | x.carried)
+    return list(out.values())
 
 
 # -- 5. thread indices ------------------------------------------------------------------------
