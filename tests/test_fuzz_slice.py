@@ -32,7 +32,7 @@ BUDGET_S = 60          # stop starting new cases after this long (the file must 
 
 # Cases of other seeds that found a bug: once it is fixed (and the entry removed from
 # KNOWN_OPEN) each one runs with the slice as a regression check.
-FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46)]
+FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17)]
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {
@@ -46,6 +46,10 @@ KNOWN_OPEN = {
               "unrolled (split) reduction loop",
     (3, 46): "lower leaks loop variable i: rfactor of a cache_write stage of a triangular "
              "reduction (the rectangular-bounds check is bypassed)",
+    (6, 11): "KeyError in codegen _s_Allocate: a producer attached in one output's loop while "
+             "another output has a non-dividing vectorized loop",
+    (6, 17): "llvmlite 'Operands must be the same type, got (i64, i32)': te.abs(A[i] + j) of an "
+             "int32 tensor plus a loop index",
 }
 
 
