@@ -6,7 +6,11 @@ affine reduce bounds / ``where`` conditions are constraints of the set.  The sta
 schedule is a quasi-affine map from the original iterators to its loops in the 2d+1 form
 ``[b0, L0, b1, L1, ...]``: split is floor division and modulo, fuse is linearisation and
 reorder is a permutation of the ``L`` entries; the constant ``b`` entries order statements
-that share the loops above them.
+that share the loops above them.  A fused loop (and every loop split from one) is an extra
+domain dimension defined by affine equalities, which isl's AST generator inverts fast.
+A fuse over symbolic extents keeps its parts as separate loops (``i * m + j`` with a symbolic
+``m`` is not affine), and ``split(nparts=)`` of a symbolic extent is refused for the same
+reason (``i = outer * ceil(n / p) + inner``).
 """
 from dataclasses import dataclass, field
 
