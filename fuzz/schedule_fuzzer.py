@@ -1153,6 +1153,9 @@ class ChildRun:
             return []
         out = []
         for st in ns["s"].stages:
+            exts = [st.extent(iv) for iv in st.root_iter_vars]
+            if all(type(e).__name__ == "Const" and getattr(e, "value", 0) <= 1 for e in exts):
+                continue                # every loop of a one-element stage has one iteration
             for iv, attr in getattr(st, "attrs", {}).items():
                 word = words.get(getattr(attr, "kind", None))
                 if word is None or iv not in st.leaf_iter_vars or st.attach_type != "root":
