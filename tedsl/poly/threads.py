@@ -138,6 +138,26 @@ class LoopNest:
         v = s.move_dims(isl.dim_type.set, 1, isl.dim_type.param, 0, n).dim_max_val(0)
         return v.to_python() + 1 if v.is_int() else None
 
+    def bounds(self, e):
+        """``(lo, hi)``: the smallest and largest values of the integer expression ``e`` over
+        the nest and every value of the parameters (None where unbounded or not affine)."""
+        try:
+            text = self._t(e)
+        except NotAffine:
+            return (None, None)
+        dims = [self.names.name(v) for v in self.dims] + ["tedsl_v"]
+        sizes = {self.names.name(v) for v in self.sizes}
+        cons = self.cons + [f"tedsl_v = {text}"] + \
+            [f"{p} >= 0" for p in self.params if p in sizes]
+        s = isl.Set(f"[{', '.join(self.params)}] -> {{ [{', '.join(dims)}] : "
+                    f"{' and '.join(cons)} }}").project_out(isl.dim_type.set, 0, len(self.dims))
+        if s.is_empty():
+            return (None, None)
+        n = s.dim(isl.dim_type.param)
+        s = s.move_dims(isl.dim_type.set, 1, isl.dim_type.param, 0, n)
+        lo, hi = s.dim_min_val(0), s.dim_max_val(0)
+        return (lo.to_python() if lo.is_int() else None, hi.to_python() if hi.is_int() else None)
+
     def max_trips_expr(self, lo, hi, step=1):
         """The largest iteration count over the nest, as an int64 expression of the
         parameters (0 where the loop is empty); None if a bound is not quasi-affine or the

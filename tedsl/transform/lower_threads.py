@@ -52,7 +52,7 @@ from ..poly.threads import Access, LoopNest, may_race
 from ..tir import nodes as N
 from ..tir.functor import map_exprs
 from .thread_analysis import (CrossThreadReduce, accesses, affine, canonical, children,
-                              interval, rewrite, walk_stmts, with_children)
+                              rewrite, walk_stmts, with_children)
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -118,18 +118,6 @@ def _extent(loop):
     return canonical(ext)
 
 
-def _ranges(stack, ranges=None):
-    """Bounds of the loop variables of the enclosing loops ``stack``."""
-    ranges = dict(ranges or {})
-    for s in stack:
-        if type(s) is N.For:
-            lo, hi = interval(canonical(s.lo), ranges)[0], interval(canonical(s.hi), ranges)[1]
-            ranges[s.var] = (lo, None if hi is None else hi - 1)
-        elif type(s) is N.LetStmt:
-            ranges[s.var] = interval(s.value, ranges)
-    return ranges
-
-
 # -- 1. kernels -------------------------------------------------------------------------------
 
 def lower_threads(func):
@@ -178,7 +166,7 @@ def _lower_kernel(func, s, name):
     grid, block, guard = _launch(s, name, func.size_vars)
     _check_scopes(s)
     s = rewrite(s, _reduce_across_threads)
-    s = rewrite(s, lambda a: _privatize(a, block))
+    s = rewrite(s, lambda a: _privatize(a, block, func.size_vars))
     s = _Sync(block, func.size_vars).run(s, [], frozenset())[0]
     s = _bind(s, block, guard, frozenset())
     _check_barriers(s, set(INDEX[t] for t in THREAD_TAGS), False)
@@ -346,9 +334,10 @@ def _compact(index, tvars, coef, threads):
     return _sum(low, c, d), _sum(low + [(a, k // threads) for a, k in high], c, d)
 
 
-def _privatize(a, block):
+def _privatize(a, block, sizes):
     """Shrink a local buffer allocated outside the threadIdx loops that use it to the part of
-    one thread (``C.local[8 * ty + i]`` becomes ``C.local[i]``)."""
+    one thread (``C.local[8 * ty + i]`` becomes ``C.local[i]``); the part's extent is the
+    exact range of the compacted indices over their loop nests (isl)."""
     if type(a) is not N.Allocate or a.buffer.scope != "local":
         return None
     buf = a.buffer
@@ -388,8 +377,8 @@ def _privatize(a, block):
         part[d] = (coef, block[THREAD_TAGS.index(sg[0][0])])
         for _, _, idx, _, stack in acc:
             low, new = _compact(idx[d], tvars, *part[d])
-            ranges = _ranges(stack)
-            (a0, a1), (b0, b1) = interval(low, ranges), interval(new, ranges)
+            nest = _nest(stack, sizes)
+            (a0, a1), (b0, b1) = nest.bounds(low), nest.bounds(new)
             if None in (a0, a1, b0, b1) or a0 < 0 or a1 >= coef or b0 < 0:
                 raise ScheduleError(
                     f"local buffer {buf.name} is allocated outside the threadIdx loops that use "
