@@ -15,10 +15,12 @@ hang is classified rather than fatal:
   ok        built, ran, matched numpy (primitives refused on the way are fine)
   refused   a TedslError at lower/build (the primitive sequence itself ended in a refusal)
   wrong     the outputs differ from numpy
-  internal  a non-TedslError exception, an InternalError, a CompileError (rejected IR), or an
-            error while running a built kernel
+  internal  a non-TedslError exception, an InternalError, a CompileError (rejected IR), a
+            refusal at lower naming a loop variable the user never wrote, or an error while
+            running a built kernel
   crash     the child died by a signal (or exited without a result)
-  slow      a primitive call or the build took more than 10 s, or the child hit the hard timeout
+  slow      a primitive call or the build used more than 10 s of CPU, or the child hit the
+            hard limit (30 s of CPU, or 120 s of wall-clock time)
 
 Every case is a standalone Python script: for each wrong/internal/crash/slow kind (deduplicated)
 the script is printed and re-run in a fresh interpreter to confirm it fails there too.
