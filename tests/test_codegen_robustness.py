@@ -421,3 +421,19 @@ def test_unroll_at_the_limit_is_unrolled(rng):
     b = np.full_like(a, np.nan)
     mod(a, b)
     np.testing.assert_allclose(b, a + 1)
+
+
+def test_unroll_limit_check_for_lower():
+    from tedsl.transform.unroll import check_unroll_limits
+    A = te.placeholder((2000,), "float32", name="A")
+    B = te.compute((2000,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    o, i = s[B].split(B.op.axis[0], factor=1500)     # a tail of 500 iterations: fine
+    s[B].unroll(i)
+    with pytest.raises(te.ScheduleError, match=r"s\[B\]\.unroll\(i\.inner\): the loop has 1500"):
+        check_unroll_limits(te.lower(s, [A, B]))
+    s = te.create_schedule(B)
+    o, i = s[B].split(B.op.axis[0], factor=1000)
+    s[B].unroll(i)
+    func = te.lower(s, [A, B])
+    assert check_unroll_limits(func) is func

@@ -34,13 +34,7 @@ def _stmt(s):
     if type(s) is N.For and s.kind == "unrolled":
         lo = simplify(s.lo)
         ext = simplify(E.binary("sub", s.hi, s.lo))
-        trips = -(-ext.value // s.step) if isinstance(ext, E.Const) else _max_trip(ext)
-        if trips is not None and trips > MAX_UNROLL:
-            t = _stage_name(s.body)
-            raise ScheduleError(
-                f"s[{t}].unroll({s.var.name}): the loop has {trips} iterations, more than the "
-                f"unroll limit of {MAX_UNROLL}; split it and unroll the inner part: "
-                f"outer, inner = s[{t}].split({s.var.name}, factor=8); s[{t}].unroll(inner)")
+        _check_limit(s, ext)
         if isinstance(ext, E.Const) and ext.value // s.step <= MAX_UNROLL:
             # a constant trip count (the bounds may move with outer loops)
             return N.seq([_subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i)))
@@ -52,6 +46,27 @@ def _stmt(s):
                                    _subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i))))
                           for i in range(top)] or [N.Seq([])])
         return s.replace(kind="serial")
+
+
+def _check_limit(s, ext):
+    """Refuse an unrolled loop of more than ``MAX_UNROLL`` iterations (``ext``: its extent)."""
+    trips = -(-ext.value // s.step) if isinstance(ext, E.Const) else _max_trip(ext)
+    if trips is not None and trips > MAX_UNROLL:
+        t = _stage_name(s.body)
+        raise ScheduleError(
+            f"s[{t}].unroll({s.var.name}): the loop has {trips} iterations, more than the "
+            f"unroll limit of {MAX_UNROLL}; split it and unroll the inner part: "
+            f"outer, inner = s[{t}].split({s.var.name}, factor=8); s[{t}].unroll(inner)")
+
+
+def check_unroll_limits(func):
+    """The loop IR unchanged, or a ScheduleError for an ``unroll`` loop above the limit: run at
+    ``lower`` so that every target refuses it at the call that lowers."""
+    def fn(s):
+        if type(s) is N.For and s.kind == "unrolled":
+            _check_limit(s, simplify(E.binary("sub", s.hi, s.lo)))
+    visit(func.body, fn)
+    return func
 
 
 def _stage_name(body):
