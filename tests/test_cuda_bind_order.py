@@ -269,3 +269,13 @@ def test_barrier_only_where_a_dependence_crosses_threads(backend, shift, barrier
     c = te.nd.array(np.full(n, np.nan, np.float32), device=te.cuda(0))
     mod(te.nd.array(a, device=te.cuda(0)), c)
     np.testing.assert_allclose(c.numpy(), 2 * a[:n] + 2 * a[shift:n + shift], rtol=1e-6)
+
+
+def test_non_affine_bound_is_relaxed_not_refused():
+    # min(64, n - (o % ((n + 63) // 64)) * 64): the modulo by a size is beyond isl's affine
+    # model; the constant operand of the min still bounds the trip count
+    odd = E.binary("floormod", O, _ceil(N, 64))
+    hi = E.binary("min", C_(64), E.binary("sub", N, E.binary("mul", odd, C_(64))))
+    nest = LoopNest([(O, C_(0), N, 1)], [N])
+    assert nest.max_trips(C_(0), hi) == 64 and nest.relaxed
+    assert LoopNest([], [N]).max_trips(C_(0), E.binary("mul", N, N)) is None

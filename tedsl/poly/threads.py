@@ -69,6 +69,7 @@ class LoopNest:
 
     def __init__(self, context, sizes=()):
         self.names, self.params = IslNames(), {}
+        self.relaxed = False        # a bound was replaced by a looser one (see _bound)
         self.dims, self.cons = [], []
         self.sizes = list(sizes)
         for entry in context:
@@ -105,17 +106,38 @@ class LoopNest:
         elif type(c) is E.Cmp and c.op in _CMP:
             self._add(lambda: f"{self._t(c.a)} {_CMP[c.op]} {self._t(c.b)}")
 
+    def _bound(self, e, upper):
+        """isl text of an upper (lower) bound of ``e``: ``e`` itself, or where it is a
+        ``min`` (``max``) with an operand that is not quasi-affine, the other operand (then
+        ``relaxed`` is set).  Raises NotAffine."""
+        try:
+            return self._t(e)
+        except NotAffine:
+            if type(e) is not E.Binary or e.op != ("min" if upper else "max"):
+                raise
+            parts = []
+            for x in (e.a, e.b):
+                try:
+                    parts.append(self._bound(x, upper))
+                except NotAffine:
+                    pass
+            if not parts:
+                raise
+            self.relaxed = True
+            return parts[0] if len(parts) == 1 else f"{e.op}({parts[0]}, {parts[1]})"
+
     def _range(self, v, lo, hi, step):
-        self._add(lambda: f"{v} >= {self._t(lo)}")
-        self._add(lambda: f"{v} < {self._t(hi)}")
+        self._add(lambda: f"{v} >= {self._bound(lo, False)}")
+        self._add(lambda: f"{v} < {self._bound(hi, True)}")
         if step != 1:
             self._add(lambda: f"exists k: {v} = {self._t(lo)} + {int(step)} * k")
 
     def _trips(self, lo, hi, step):
         """The set ``{ [dims..., t] }``: ``t`` runs over the iteration numbers of a loop
-        ``[lo, hi) step`` inside the nest; None if its bounds are not quasi-affine."""
+        ``[lo, hi) step`` inside the nest (a superset where a bound had to be relaxed); None
+        if its bounds are not quasi-affine."""
         try:
-            lo_t, hi_t = self._t(lo), self._t(hi)
+            lo_t, hi_t = self._bound(lo, False), self._bound(hi, True)
         except NotAffine:
             return None
         dims = [self.names.name(v) for v in self.dims] + ["tedsl_t"]

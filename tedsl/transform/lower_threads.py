@@ -272,15 +272,20 @@ def _launch(s, name, sizes):
                 "has not written yet; compute the producer at the root (its own kernel)")
         for loop, stack in loops[tag]:
             ext = _extent(loop)
-            count = _nest(stack, sizes).max_trips_expr(loop.lo, loop.hi, loop.step)
+            nest = _nest(stack, sizes)
+            count = nest.max_trips_expr(loop.lo, loop.hi, loop.step)
+            inner = {o.var for o in stack if type(o) in (N.For, N.LetStmt)}
+            if count is None and not any(v in inner for v in free_vars(ext)):
+                # a product of sizes (fused symbolic loops) is beyond isl's affine model;
+                # the extent depends on the sizes alone, so it is its own largest value
+                count = E.binary("max", ext, E.Const(0, ext.dtype))
             if count is None:
                 raise ScheduleError(
                     f"{name}: cannot bound the extent {expr_str(ext)} of loop {loop.var.name}, "
                     f"which is bound to {tag}, by the sizes; bind a loop whose bounds are "
                     "affine in the sizes and the enclosing block loops")
             grid[tag] = (simplify(count), [])
-            inner = {o.var for o in stack if type(o) in (N.For, N.LetStmt)}
-            guard[loop.var] = any(v in inner for v in free_vars(ext))
+            guard[loop.var] = nest.relaxed or any(v in inner for v in free_vars(ext))
     return grid, tuple(block), guard
 
 
