@@ -32,7 +32,7 @@ BUDGET_S = 55          # stop starting new cases after this long (the file must 
 
 # Cases of other seeds that found a bug: once it is fixed (and the entry removed from
 # KNOWN_OPEN) each one runs with the slice as a regression check.
-FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17)]
+FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 143), (9, 1349)]
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {
@@ -48,6 +48,10 @@ KNOWN_OPEN = {
              "reduction (the rectangular-bounds check is bypassed)",
     (6, 11): "KeyError in codegen _s_Allocate: a producer attached in one output's loop while "
              "another output has a non-dividing vectorized loop",
+    (9, 143): "KeyError in codegen _s_Allocate: a reduction attached at its reader's loop, "
+              "its own loop unrolled",
+    (9, 1349): "slow: lower takes ~50 s (isl dataflow in check_order ~40 s, AST ~11 s) for a "
+               "cache_read attached in a producer attached in a split(nparts) consumer",
     (6, 17): "llvmlite 'Operands must be the same type, got (i64, i32)': te.abs(A[i] + j) of an "
              "int32 tensor plus a loop index",
 }
