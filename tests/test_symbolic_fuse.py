@@ -184,7 +184,7 @@ def test_split_nparts_of_a_symbolic_extent_is_refused_with_the_reason(rng):
     s = te.create_schedule(B)
     with pytest.raises(te.ScheduleError,
                        match=r"^split\(i\) on stage B: nparts=4 of loop i \(extent n\) makes i = "
-                             r"outer \* ceil\(n / 4\) \+ inner, a loop times a size, which isl's "
+                             r"outer \* ceil\(\(n\) / 4\) \+ inner, a loop times a size, which isl's "
                              r"affine model cannot express; use factor="):
         s[B].split(B.op.axis[0], nparts=4)
     # nparts of a constant extent and factor= of a symbolic one both work

@@ -153,7 +153,7 @@ class Stage:
             if c is None and ext is not None:
                 raise ScheduleError(
                     f"{what} on stage {self.name}: nparts={v} of loop {parent.name} (extent "
-                    f"{ext}) makes {parent.name} = outer * ceil({ext} / {v}) + inner, a loop "
+                    f"{ext}) makes {parent.name} = outer * ceil(({ext}) / {v}) + inner, a loop "
                     "times a size, which isl's affine model cannot express; use factor= (the "
                     "outer loop then runs ceil(extent / factor) times), or parallel("
                     f"{parent.name}) directly (each thread runs one contiguous chunk)")
