@@ -403,3 +403,29 @@ def test_a_loop_used_after_a_split_names_the_call():
     with pytest.raises(te.ScheduleError, match=r"loop i was already split or fused \(by "
                                                r"s\[B\]\.split\(i\)\)"):
         s[B].parallel(B.op.axis[0])
+
+
+@pytest.mark.parametrize("first,second,msg", [
+    ("unroll", "parallel", "already unrolled"),
+    ("parallel", "vectorize", "already parallel"),
+    ("vectorize", "unroll", "already vectorized"),
+])
+def test_a_second_loop_kind_on_one_loop_is_refused(first, second, msg):
+    A, B = elementwise()
+    s = te.create_schedule(B)
+    j = B.op.axis[1]
+    getattr(s[B], first)(j)
+    getattr(s[B], first)(j)                  # the same kind again is a no-op
+    with pytest.raises(te.ScheduleError, match=rf"{second}\(j\) on stage B: loop j is {msg}, "
+                                               r"and a loop runs one way; split it"):
+        getattr(s[B], second)(j)
+    assert s[B].attrs[j].kind == first
+
+
+def test_bind_of_a_parallel_loop_is_refused():
+    A, B = elementwise()
+    s = te.create_schedule(B)
+    s[B].parallel(B.op.axis[0])
+    with pytest.raises(te.ScheduleError, match=r"bind\(i, blockIdx\.x\) on stage B: loop i is "
+                                               r"already parallel"):
+        s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))

@@ -289,9 +289,19 @@ class Stage:
 
     # -- loop annotations -----------------------------------------------------------------
     def _annotate(self, iv, kind, what, thread_tag=""):
+        """Give a loop its kind.  A loop runs one way: a second, different kind would silently
+        replace the first, so it is refused (the same kind again is a no-op)."""
         self._check_compute(what)
         self._check_leaf(iv, what)
         old = self.attrs.get(iv, IterAttr())
+        if old.kind != "serial" and (old.kind, old.thread_tag) != (kind, thread_tag):
+            how = (f"bound to {old.thread_tag}" if old.kind == "thread" else
+                   {"parallel": "parallel", "vectorize": "vectorized",
+                    "unroll": "unrolled"}.get(old.kind, old.kind))
+            raise ScheduleError(
+                f"{what} on stage {self.name}: loop {iv.name} is already {how}, and a loop "
+                "runs one way; split it and annotate each part (e.g. parallel outer, "
+                "vectorize inner), or annotate another loop")
         self.attrs[iv] = IterAttr(kind, thread_tag, old.pragmas)
 
     def _annotate_checked(self, iv, kind, what, thread_tag=""):
