@@ -177,3 +177,68 @@ def matmul_vs_numpy(f, a, b, c, rounds, threads=(1, 2)):
                     calls.append(time.perf_counter() - t)
                 runs.setdefault((who, nt), []).append(statistics.median(calls))
     return {k: statistics.median(v) for k, v in runs.items()}, set_blas is not None
+
+
+def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
+    """Interleaved timing of several contenders at several thread counts.
+
+    Parameters
+    ----------
+    contenders : dict
+        ``name -> (set_threads, fn)``: ``set_threads(nt)`` prepares the contender for ``nt``
+        threads (None when it has no such knob) and ``fn()`` runs one call.
+    rounds : int
+        Each round runs every contender at every thread count; the medians over the rounds
+        are returned.
+    calls : int
+        Calls per contender and round; the round keeps their median.
+    settle : float
+        Pause (seconds) before each contender: worker threads of the previous one (OpenBLAS,
+        OpenMP) keep spinning for a while and on two cores would steal a core.
+
+    Returns
+    -------
+    dict
+        ``(name, threads) -> median seconds per call``.
+    """
+    runs = {}
+    for _ in range(rounds):
+        for nt in threads:
+            for name, (set_threads, fn) in contenders.items():
+                if set_threads is not None:
+                    set_threads(nt)
+                time.sleep(settle)
+                ts = []
+                for _ in range(calls):
+                    t = time.perf_counter()
+                    fn()
+                    ts.append(time.perf_counter() - t)
+                runs.setdefault((name, nt), []).append(statistics.median(ts))
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+def save_plot(path, series, xlabel, ylabel, title):
+    """A line plot of ``series`` (``label -> [(x, y), ...]``) as a PNG at ``path``.
+
+    matplotlib is optional: returns None (and writes nothing) when it is not installed,
+    else the path written.
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, pts in series.items():
+        pts = sorted(pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -1,22 +1,35 @@
-"""Float32 GEMM (C = A @ B, n×n×n) against numpy/OpenBLAS, 1 and 2 threads, interleaved.
+"""Float32 GEMM (C = A @ B) against numpy/OpenBLAS over a sweep of sizes, 1 and 2 threads.
 
-The schedule is the end point of ``tutorials/02_optimize_matmul_cpu.py``: B packed into
-panels of 32 columns, an 8×32 register tile accumulated in a local cache (unrolled rows,
-vectorized columns), k unrolled by 4, rows of tiles in parallel.  ``build_best(n)`` returns the
-built module (arguments A, B, C) so that other tools can measure it.
+The schedule is the end point of ``tutorials/02_optimize_matmul_cpu.py`` (``tedsl.cli``'s
+``gemm_template`` at its default knobs): B packed into panels of 32 columns, an 8×32 register
+tile accumulated in a local cache (unrolled rows, vectorized columns), k unrolled by 4, rows of
+tiles in parallel.  ``build_best(n)`` returns the built module (arguments A, B, C) so that other
+tools can measure it.
 
-Run: ``python benchmarks/gemm.py [n]``; writes the ``gemm`` section of RESULTS.md.
+The sweep covers sizes that are multiples of the tile and sizes that are not (127, 255, 257,
+1000, 1023, 1025, 2000): full tiles run with constant extents and the partial tiles after them,
+so an odd size should keep about the speed of the nearest multiple of the tile.  Every size is
+timed interleaved with numpy (medians of rounds, a pause between contenders for the other
+library's threads to settle).
+
+Run: ``python benchmarks/gemm.py [--quick] [n ...]``; writes the ``gemm`` section of RESULTS.md
+and, when matplotlib is installed, ``gemm_sweep.png`` (GFLOP/s against n).
 """
-import sys
+import argparse
 import time
 
 import numpy as np
 
-from common import machine_description, markdown_table, matmul_vs_numpy, write_results
+from common import (HERE, blas_threads, interleaved, machine_description, markdown_table,
+                    save_plot, write_results)
 
 import tedsl as te
 
 MR, NR, KU = 8, 32, 4
+SIZES = [127, 128, 255, 256, 257, 512, 1000, 1023, 1024, 1025, 2000, 2048]
+QUICK = [256, 257, 1000, 1024]
+RECT = [(64, 4096, 1024), (4096, 64, 1024)]       # (M, N, K)
+TILE = 32                                          # lcm of the tile sizes 8, 32 and 4
 
 
 def schedule(n, mr=MR, nr=NR, ku=KU):
@@ -30,44 +43,121 @@ def schedule(n, mr=MR, nr=NR, ku=KU):
     return gemm_template(Space(config), n)
 
 
+def schedule_rect(m, n, k_, mr=MR, nr=NR, ku=KU):
+    """The same schedule for an (m × k) @ (k × n) product; returns (s, [A, B, C])."""
+    A = te.placeholder((m, k_), "float32", name="A")
+    B = te.placeholder((k_, n), "float32", name="B")
+    k = te.reduce_axis((0, k_), name="k")
+    Bp = te.compute(((n + nr - 1) // nr, k_, nr),
+                    lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
+                    name="Bp")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
+                   name="C")
+    s = te.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
+    s[CC].compute_at(s[C], jo)
+    ic, jc = s[CC].op.axis
+    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=ku)
+    s[CC].reorder(ko, ki, ic, jc)
+    s[CC].unroll(ki)
+    s[CC].unroll(ic)
+    s[CC].vectorize(jc)
+    s[C].vectorize(ji)
+    s[C].parallel(io)
+    x, _, z = s[Bp].op.axis
+    s[Bp].vectorize(z)
+    s[Bp].parallel(x)
+    return s, [A, B, C]
+
+
 def build_best(n):
     """The built module of the final schedule for an n×n×n float32 matmul (A, B, C)."""
     s, args = schedule(n)
     return te.build(s, args, name=f"gemm{n}")
 
 
-def main(n=1024, rounds=7):
+def measure(shape, rounds, threads):
+    """Build, check and time one shape ``(m, n, k)`` against numpy; returns a result dict."""
+    m, n, k = shape
     t0 = time.perf_counter()
-    f = build_best(n)
+    s, args = schedule(n) if m == n == k else schedule_rect(m, n, k)
+    f = te.build(s, args, name=f"gemm_{m}_{n}_{k}")
     build_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
-    a = rng.random((n, n), dtype=np.float32)
-    b = rng.random((n, n), dtype=np.float32)
-    c = np.full((n, n), np.nan, np.float32)
+    a = rng.random((m, k), dtype=np.float32)
+    b = rng.random((k, n), dtype=np.float32)
+    c = np.full((m, n), np.nan, np.float32)
     f(a, b, c)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(c - ref).max() / np.abs(ref).max())
-    assert err < 1e-5, f"gemm result is wrong: relative error {err}"
-    times, blas_set = matmul_vs_numpy(f, a, b, c, rounds)
-    flops = 2.0 * n ** 3
+    assert err < 1e-5, f"gemm {shape} is wrong: relative error {err}"
+    set_blas = blas_threads()
+    times = interleaved({"tedsl": (f.set_num_threads, lambda: f(a, b, c)),
+                         "numpy": (set_blas, lambda: np.dot(a, b, out=c))}, rounds, threads)
+    flops = 2.0 * m * n * k
+    return {"shape": shape, "build": build_s, "err": err,
+            "gflops": {key: flops / t / 1e9 for key, t in times.items()}}
+
+
+def _aligned(n):
+    """The nearest size in the sweep that is a multiple of the tile (None for n itself)."""
+    cands = [x for x in SIZES if x % TILE == 0]
+    best = min(cands, key=lambda x: (abs(x - n), x))
+    return None if best == n else best
+
+
+def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
+    sizes = sizes or (QUICK if quick else SIZES)
+    rounds = rounds or (3 if quick else 5)
+    shapes = [(n, n, n) for n in sizes] + (RECT if rect and not quick else [])
+    results = {}
+    for shape in shapes:
+        print(f"gemm {shape[0]}×{shape[1]}×{shape[2]} ...", flush=True)
+        results[shape] = measure(shape, rounds, threads)
     rows = []
-    for nt in (1, 2):
-        ts, tn = times[("tedsl", nt)], times[("numpy", nt)]
-        rows.append([f"{n}³ float32", nt, f"{ts * 1e3:.2f}", f"{flops / ts / 1e9:.1f}",
-                     f"{tn * 1e3:.2f}", f"{flops / tn / 1e9:.1f}", f"{tn / ts:.2f}×"])
-    table = markdown_table(["GEMM", "threads", "tedsl ms", "tedsl GFLOP/s", "numpy ms",
-                            "numpy GFLOP/s", "tedsl vs numpy"], rows)
-    note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each); numpy's "
-            f"OpenBLAS thread count set to match"
-            f"{'' if blas_set else ' (setter not found: numpy used its default)'}"
-            f". Schedule: packed B panels of {NR}, {MR}×{NR} register tile, k unrolled by {KU}, "
-            f"parallel rows of tiles. Build time {build_s:.2f} s; max relative error {err:.1e}.")
+    for shape, r in results.items():
+        m, n, k = shape
+        square = m == n == k
+        ref = _aligned(n) if square else None
+        for nt in threads:
+            g, gn = r["gflops"][("tedsl", nt)], r["gflops"][("numpy", nt)]
+            vs_al = ""
+            if ref is not None and (ref, ref, ref) in results:
+                vs_al = f"{g / results[(ref, ref, ref)]['gflops'][('tedsl', nt)]:.2f}× ({ref})"
+            rows.append([f"{n}" if square else f"{m}×{n}×{k}", nt, f"{g:.1f}", f"{gn:.1f}",
+                         f"{g / gn:.2f}×", vs_al, f"{r['build']:.2f}"])
+    table = markdown_table(["n (or M×N×K)", "threads", "tedsl GFLOP/s", "numpy GFLOP/s",
+                            "tedsl vs numpy", "vs nearest tile multiple", "build s"], rows)
+    series = {}
+    for shape, r in results.items():
+        if shape[0] == shape[1] == shape[2]:
+            for nt in threads:
+                for who in ("tedsl", "numpy"):
+                    series.setdefault(f"{who}, {nt} thread{'s' if nt > 1 else ''}", []).append(
+                        (shape[0], r["gflops"][(who, nt)]))
+    png = save_plot(HERE / "gemm_sweep.png", series, "n (n×n×n float32)", "GFLOP/s",
+                    "GEMM: tedsl (benchmark schedule) vs numpy")
+    note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each, 0.15 s pause "
+            f"before each contender); numpy's OpenBLAS thread count set to match. Schedule: "
+            f"packed B panels of {NR}, {MR}×{NR} register tile, k unrolled by {KU}, parallel rows "
+            f"of tiles; full tiles separated from the partial ones. 'vs nearest tile multiple': "
+            f"tedsl's rate against the nearest size of the sweep that is a multiple of {TILE}. "
+            f"Build s: lower + compile. Every result checked against float64 numpy "
+            f"(max relative error {max(r['err'] for r in results.values()):.1e}).")
+    plot = f"\n\n![GFLOP/s against n]({png.name})" if png is not None else \
+        "\n\n(plot skipped: matplotlib is not installed)"
     print(machine_description())
     print(table)
     print(note)
-    write_results("gemm", f"## GEMM {n}³ float32 (CPU)\n\n" + table + "\n\n" + note)
-    return rows
+    write_results("gemm", "## GEMM float32 (CPU), sizes swept\n\n" + table + "\n\n" + note + plot)
+    return results
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1024)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sizes", nargs="*", type=int, help="square sizes (default: the sweep)")
+    ap.add_argument("--quick", action="store_true", help=f"only n in {QUICK}, 3 rounds")
+    ap.add_argument("--rounds", type=int, default=None)
+    opts = ap.parse_args()
+    main(opts.sizes or None, opts.quick, opts.rounds)

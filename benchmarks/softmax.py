@@ -19,7 +19,8 @@ The partial sums are therefore written as a compute of their own (``S16[i, v]``,
 ``k.outer`` with ``v`` vectorized: the same loops as ``rfactor`` would make), and the output
 adds the 16 partials itself.
 
-Run: ``python benchmarks/softmax.py``; writes the ``softmax`` section of RESULTS.md.
+Run: ``python benchmarks/softmax.py [--quick] [--sizes-only]``; writes the ``softmax`` section
+of RESULTS.md, and ``softmax_sizes``: the three-pass schedule at aligned and odd sizes.
 """
 import statistics
 import time
@@ -161,5 +162,56 @@ def main(rounds=ROUNDS):
     return med
 
 
+SIZE_SWEEP = [((4096, 1024), "aligned"), ((4096, 1023), "odd columns"),
+              ((4095, 1000), "odd rows, columns not a multiple of 16"),
+              ((4093, 1025), "odd rows and columns")]
+
+
+def sizes(rounds=ROUNDS, quick=False):
+    """The ``three passes`` schedule at aligned and odd sizes; elements per second compared
+    with the aligned size (full vector tiles are separated from the partial ones)."""
+    sweep = SIZE_SWEEP[:2] if quick else SIZE_SWEEP
+    mods = {}
+    for (r, c), _ in sweep:
+        s, args = three_passes(r, c)
+        f = te.build(s, args, name=f"softmax_{r}_{c}")
+        x = np.random.default_rng(0).standard_normal((r, c), dtype=np.float32) * 4
+        y = np.full((r, c), np.nan, np.float32)
+        f(x, y)
+        ref = numpy_softmax(x.astype(np.float64))
+        err = float(np.abs(y - ref).max() / np.abs(ref).max())
+        assert err < 1e-5, f"softmax {r}x{c}: wrong result (relative error {err:.1e})"
+        mods[(r, c)] = (f, x, y)
+    times = {}
+    for _ in range(rounds):
+        for nt in (1, 2):
+            for key, (f, x, y) in mods.items():
+                f.set_num_threads(nt)
+                times.setdefault((key, nt), []).append(median_call(lambda: f(x, y)))
+    rate = {k: k[0][0] * k[0][1] / statistics.median(v) / 1e9 for k, v in times.items()}
+    rows = []
+    for (shape, kind) in sweep:
+        for nt in (1, 2):
+            g = rate[(shape, nt)]
+            rows.append([f"{shape[0]} × {shape[1]}", kind, nt, f"{g:.3f}",
+                         f"{g / rate[(sweep[0][0], nt)]:.2f}×"])
+    table = markdown_table(["softmax (rows × columns)", "kind", "threads", "Gelem/s",
+                            "vs aligned"], rows)
+    note = (f"The three-pass schedule (maxima and sums by rfactor over 16 lanes, output "
+            f"vectorized by 16, rows in parallel blocks of {RB}); median over {rounds} "
+            f"interleaved rounds of the median call in a {BLOCK_S:.1f} s block.")
+    print(table)
+    print(note)
+    write_results("softmax_sizes", "## Row softmax at odd sizes\n\n" + table + "\n\n" + note)
+    return rate
+
+
 if __name__ == "__main__":
-    main()
+    import argparse
+    ap = argparse.ArgumentParser(description="row softmax against numpy; odd sizes")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes")
+    ap.add_argument("--sizes-only", action="store_true", help="only the odd-size sweep")
+    opts = ap.parse_args()
+    if not opts.sizes_only:
+        main(3 if opts.quick else ROUNDS)
+    sizes(3 if opts.quick else ROUNDS, opts.quick)

@@ -9,8 +9,7 @@ from .runtime import cpu
 from .runtime.module import Module, signature_of
 from .schedule.schedule import Schedule
 from .tir import nodes as N
-from .transform.pipeline import lower
-from .transform.unroll import unroll
+from .transform.pipeline import lower, prepare_llvm
 
 
 def build(s, args=None, target="llvm", name="main"):
@@ -36,7 +35,7 @@ def build(s, args=None, target="llvm", name="main"):
 
 def build_llvm(func, tgt):
     lowered = str(func)
-    func = unroll(func)
+    func = prepare_llvm(func)
     threads = cpu.init_threads()
     abi = cpu.numpy_abi()
     cpu_name, feats = target_mod.cpu_and_features(tgt)

@@ -12,6 +12,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+os.environ.setdefault("TEDSL_VERIFY", "1")    # the loop-IR verifier runs between passes
+
 import tedsl as te  # noqa: E402
 
 SEED = 20240917

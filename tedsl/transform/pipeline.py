@@ -1,4 +1,28 @@
-"""``lower(schedule, args)``: the whole path from a schedule to the loop IR, one named step a line."""
+"""``lower(schedule, args)``: the whole path from a schedule to the loop IR, one pass a line.
+
+Every pass is a function from the loop IR to the loop IR (the first two build it).  In order:
+
+Shared (``lower``)
+    1. ``program.build_program``  stages -> isl iteration domains and schedule maps
+    2. ``legality.check_schedule`` dependences stay satisfied, accesses stay in bounds
+    3. ``astgen.generate``        isl's AST generator decides every loop; full tiles of
+       vectorized / unrolled loops are separated from the partial ones
+    4. ``build_func``             statements -> stores, buffers and their allocations
+    5. ``simplify``               constant folding, affine normal form
+    6. ``normalize_loops``        unit-step loops start at 0
+    7. ``fuse_loops``             join the parts of fuses over symbolic extents
+    8. ``simplify``               resolve ``//``, ``%``, ``min`` and guards with loop ranges
+    9. ``check_defined``          every variable is an argument, a size or bound
+
+CPU (``prepare_llvm``, then ``codegen.llvm``)
+    10. ``unroll``                expand ``unrolled`` loops with constant bounds
+
+GPU (``runtime.cuda_module.build_cuda``, then ``codegen.cuda`` and NVRTC)
+    10. ``lower_threads``         kernels, launch geometry, shared memory, barriers
+
+With ``TEDSL_VERIFY=1`` in the environment (the test suite sets it) the cheap structural
+verifier :func:`tedsl.transform.verify.check` runs after every pass from 4 on.
+"""
 from ..errors import ArgumentError
 from ..poly import astgen, program
 from ..poly import legality
@@ -8,6 +32,15 @@ from . import simplify as simplify_pass
 from . import verify
 from .fuse_loops import fuse_loops
 from .normalize import normalize_loops
+from .unroll import unroll
+
+
+def _run(pass_fn, func, name):
+    """Apply one pass; verify its output when verification is on."""
+    func = pass_fn(func)
+    if verify.enabled():
+        verify.check(func, after=name)
+    return func
 
 
 def lower(s, args, name="main", simple_mode=False):
@@ -17,13 +50,18 @@ def lower(s, args, name="main", simple_mode=False):
                             f"{type(s).__name__}")
     if not isinstance(args, (list, tuple)):
         raise ArgumentError("lower: args must be a list of tensors (inputs, then outputs)")
-    prog = program.build_program(s)          # stages -> isl domains + schedule maps
-    legality.check_schedule(prog)            # dependences must stay satisfied
-    tree = astgen.generate(prog)             # isl's AST generator decides every loop
-    func = build_func(prog, tree, list(args), name)   # statements -> stores, allocations
-    func = simplify_pass.simplify(func)      # constant folding, affine normal form
-    func = normalize_loops(func)             # unit-step loops start at 0
-    func = fuse_loops(func)                  # join the parts of fuses over symbolic extents
-    func = simplify_pass.simplify(func)      # resolve // % min and guards with loop ranges
-    func = verify.check_defined(func)        # every variable defined before use
+    prog = program.build_program(s)                   # 1
+    legality.check_schedule(prog)                     # 2
+    tree = astgen.generate(prog)                      # 3
+    func = _run(lambda _: build_func(prog, tree, list(args), name), None, "build_func")  # 4
+    func = _run(simplify_pass.simplify, func, "simplify")                  # 5
+    func = _run(normalize_loops, func, "normalize_loops")                  # 6
+    func = _run(fuse_loops, func, "fuse_loops")                            # 7
+    func = _run(simplify_pass.simplify, func, "simplify with loop ranges")  # 8
+    func = verify.check_defined(func)                                      # 9
     return func
+
+
+def prepare_llvm(func):
+    """The CPU-only passes between ``lower`` and LLVM code generation."""
+    return _run(unroll, func, "unroll")                                    # 10
