@@ -52,8 +52,6 @@ KNOWN_OPEN = {
               "its own loop unrolled",
     (9, 1349): "slow: lower takes ~50 s (isl dataflow in check_order ~40 s, AST ~11 s) for a "
                "cache_read attached in a producer attached in a split(nparts) consumer",
-    (6, 17): "llvmlite 'Operands must be the same type, got (i64, i32)': te.abs(A[i] + j) of an "
-             "int32 tensor plus a loop index",
 }
 
 

@@ -151,13 +151,25 @@ def _store_outputs(stmt, bufs, idx, values, ovals=()):
     return body
 
 
+def _values(expr, sub):
+    """``expr`` with its iterators set to ``sub``: tensor indices take the loop values as they
+    are (64-bit), while an iterator used as a value keeps its declared dtype (an int32 axis
+    stays int32 in ``A[i] + j`` and in ``abs(A[i] + j)``, as in numpy)."""
+    def index_fn(e):
+        if type(e) is E.TensorLoad:
+            return E.TensorLoad(e.tensor, [substitute(i, sub) for i in e.indices])
+        return None
+    vsub = {v: (x if x.dtype == v.dtype else E.cast(x, v.dtype)) for v, x in sub.items()}
+    return substitute(transform(expr, index_fn), vsub)
+
+
 def statement(stmt, vals, bufs, ivenv):
     """The loop-IR statement of one instance of ``stmt`` with its iterators set to ``vals``."""
     sub = dict(zip(stmt.iters, vals))
     ovals = [sub[v] for v in stmt.extra.get("o_vars", ())]
     op = stmt.stage.op
     idx = [sub[a.var] for a in op.axis]
-    tt = lambda e: to_tir(substitute(e, sub), bufs, ivenv, (stmt, sub))  # noqa: E731
+    tt = lambda e: to_tir(_values(e, sub), bufs, ivenv, (stmt, sub))  # noqa: E731
     if stmt.kind in ("compute", "scan_init", "scan_update"):
         return _store_outputs(stmt, bufs, idx, [tt(b) for b in stmt.body], ovals)
     red = stmt.body[0]
