@@ -37,11 +37,10 @@ def _free_loops(an, stage, iv, what):
     return out
 
 
-def _attached_owner(schedule, tensor_name):
-    for st in schedule.stages:
-        if st.attach_type == "scope" and any(t.name == tensor_name for t in st.op.outputs):
-            return st
-    return None
+def _owner(an, dep):
+    """The stage whose buffer ``dep`` is on, or None for a placeholder."""
+    t = an.tnames.tensors.get(dep.isl_tensor)
+    return an.program.schedule.stage_map.get(t.op) if t is not None else None
 
 
 def _fix_hint(an, stage, iv, deps, what):
@@ -58,8 +57,9 @@ def _fix_hint(an, stage, iv, deps, what):
             (iv.kind == "scan" or iv is getattr(stage.op, "axis", [None])[0]):
         return "the scan loop runs in order; parallelize one of the other axes of the update"
     fixes = []
-    owner = _attached_owner(an.program.schedule, deps[0].tensor)
-    if owner is not None and owner is not stage and iv in stage.leaf_iter_vars:
+    owner = _owner(an, deps[0])
+    if owner is not None and owner.attach_type == "scope" and owner is not stage and \
+            iv in stage.leaf_iter_vars:
         fixes.append(f"compute {owner.name} inside the loop, so that each iteration has its "
                      f"own copy: s[{owner.op.outputs[0].name}].compute_at(s[{name}], {iv.name})")
     free = _free_loops(an, stage, iv, what)
@@ -108,9 +108,7 @@ def _barrier_ok(an, dep, iv):
     joins two different statements (a barrier separates them), or it is the write of a
     shared tile that every thread fills whole (compute_at inside the thread loops without
     binding its own loops: the same values, as TVM relaxes thread axes)."""
-    t = an.tnames.tensors.get(dep.isl_tensor)
-    sched = an.program.schedule
-    st = sched.stage_map.get(t.op) if t is not None else None
+    st = _owner(an, dep)
     if st is None or st.scope != "shared":
         return False
     if dep.source is not dep.sink:
