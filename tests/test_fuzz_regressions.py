@@ -27,3 +27,94 @@ def test_abs_of_int32_plus_axis_keeps_int32():
     ref = np.abs(a[:, None] + np.arange(5, dtype="int32")[None, :]) + 1
     np.testing.assert_array_equal(out, ref)
 
+
+
+def _run(s, args, inputs, out_shape, out_dtype="int32"):
+    f = te.build(s, args)
+    out = np.full(out_shape, POISON if out_dtype == "int32" else np.nan, out_dtype)
+    f(*inputs, out)
+    return out
+
+
+def test_attached_buffer_one_copy_for_producer_and_consumer_paths():
+    """T1 produced under a loop (ax0.outer) that the cache-read's own path lacks: both must use
+    one allocation (seed 4, case 110: T1.local copied from a never-written second copy)."""
+    n = te.var("n")
+    A = te.placeholder((16, n), "int32", name="A")
+    C = te.placeholder((n, 16), "int32", name="C")
+    T1 = te.compute((16, n), lambda i, j: A[i, j] + 1, name="T1")
+    k = te.reduce_axis((0, n), name="k")
+    T2 = te.compute((16, 16), lambda i, j: te.sum(T1[i, k] * C[k, j], axis=k), name="T2")
+    s = te.create_schedule([T2])
+    s[T1].split(T1.op.axis[0], factor=32)
+    io, jo, ii, ji = s[T2].tile(T2.op.axis[0], T2.op.axis[1], 7, 2)
+    TL = s.cache_read(T1, "local", [T2])
+    s[T2].fuse(jo, ii)
+    s[TL].compute_at(s[T2], ji)
+    a0, a1 = s[TL].split(TL.op.axis[0], nparts=3)
+    s[T1].compute_at(s[TL], a1)
+    rng = np.random.default_rng(110)
+    a, c = _ints(rng, (16, 6)), _ints(rng, (6, 16))
+    out = _run(s, [A, C, T2], [a, c], (16, 16))
+    np.testing.assert_array_equal(out, (a + 1).astype("int64") @ c)
+
+
+def test_attached_under_symbolic_fuse_then_nested_attach():
+    """A producer attached in a stage that is attached under a loop fused from symbolic extents
+    (seed 5, case 70: the buffer was allocated twice, KeyError in codegen)."""
+    n = te.var("n")
+    A = te.placeholder((12, n, n), "float32", name="A")
+    T1 = te.compute((12, n, n), lambda i, j, l: te.exp(A[i, j, l]), name="T1")
+    k = te.reduce_axis((0, n), name="k")
+    T2 = te.compute((12, n), lambda i, j: te.max(T1[i, j, k], axis=k), name="T2")
+    T3 = te.compute((12, n), lambda i, j: T2[i, j] * 2, name="T3")
+    s = te.create_schedule([T3])
+    f = s[T3].fuse(*T3.op.axis)
+    s[T2].compute_at(s[T3], f)
+    s[T1].compute_at(s[T2], T2.op.axis[0])
+    rng = np.random.default_rng(70)
+    a = rng.uniform(-1.5, 1.5, (12, 7, 7)).astype("float32")
+    out = _run(s, [A, T3], [a], (12, 7), "float32")
+    np.testing.assert_allclose(out, np.exp(a.astype(np.float64)).max(axis=-1) * 2, rtol=1e-5)
+
+
+def test_attach_beside_non_dividing_vectorized_output():
+    """A producer attached in one output's loop while another output has a vectorized,
+    non-dividing split (seed 6, case 11: KeyError in codegen)."""
+    n = te.var("n")
+    A = te.placeholder((n, 9), "int32", name="A")
+    T1 = te.compute((n, 9), lambda i, j: A[i, j] * 3, name="T1")
+    T2 = te.compute((n + 2, 11), lambda i, j: te.if_then_else(
+        te.all(i >= 1, i < n + 1, j >= 1, j < 10), T1[i - 1, j - 1], 0), name="T2")
+    T5 = te.compute((n, 9), lambda i, j: A[i, j] + 1, name="T5")
+    s = te.create_schedule([T2, T5])
+    jo, ji = s[T5].split(T5.op.axis[1], factor=5)
+    s[T5].vectorize(ji)
+    s[T1].compute_at(s[T2], T2.op.axis[0])
+    f = te.build(s, [A, T2, T5])
+    rng = np.random.default_rng(11)
+    a = _ints(rng, (6, 9))
+    o2 = np.full((8, 11), POISON, "int32")
+    o5 = np.full((6, 9), POISON, "int32")
+    f(a, o2, o5)
+    ref2 = np.zeros((8, 11), "int32")
+    ref2[1:7, 1:10] = a * 3
+    np.testing.assert_array_equal(o2, ref2)
+    np.testing.assert_array_equal(o5, a + 1)
+
+
+def test_producer_attached_in_unrolled_split_reduction():
+    """The tail of an unrolled split reduction loop reads the attached producer outside the
+    full-tile loops (seed 5, case 169: 'buffer T1 is not allocated here')."""
+    A = te.placeholder((11,), "int32", name="A")
+    T1 = te.compute((11,), lambda i: A[i] - 1, name="T1")
+    k = te.reduce_axis((0, 11), name="k")
+    T2 = te.compute((1,), lambda i: te.sum(T1[k], axis=k), name="T2")
+    s = te.create_schedule(T2)
+    s[T2].unroll(k)
+    ko, ki = s[T2].split(k, factor=2)
+    s[T1].compute_at(s[T2], ki)
+    rng = np.random.default_rng(169)
+    a = _ints(rng, (11,))
+    out = _run(s, [A, T2], [a], (1,))
+    np.testing.assert_array_equal(out, [(a - 1).sum()])

@@ -36,20 +36,8 @@ FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 1
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {
-    (4, 110): "wrong result: an attached producer's buffer is allocated twice (written into "
-              "one, read from the other) under cache_read + fuse + split(nparts) + compute_at",
-    (5, 70): "KeyError in codegen _s_Allocate: compute_at under a loop fused from symbolic "
-             "extents, then a producer attached inside that stage",
-    (5, 150): "KeyError in codegen _s_Allocate: attached producer tiled with a non-dividing "
-              "vectorized inner loop (full/partial tile separation)",
-    (5, 169): "InternalError 'buffer T1 is not allocated here': producer attached inside an "
-              "unrolled (split) reduction loop",
     (3, 46): "lower leaks loop variable i: rfactor of a cache_write stage of a triangular "
              "reduction (the rectangular-bounds check is bypassed)",
-    (6, 11): "KeyError in codegen _s_Allocate: a producer attached in one output's loop while "
-             "another output has a non-dividing vectorized loop",
-    (9, 143): "KeyError in codegen _s_Allocate: a reduction attached at its reader's loop, "
-              "its own loop unrolled",
     (9, 1349): "slow: lower takes ~50 s (isl dataflow in check_order ~40 s, AST ~11 s) for a "
                "cache_read attached in a producer attached in a split(nparts) consumer",
 }

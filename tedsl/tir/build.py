@@ -186,21 +186,22 @@ def statement(stmt, vals, bufs, ivenv):
     return body
 
 
-def from_tree(tree, bufs, ivenv=None):
+def from_tree(tree, bufs, ivenv=None, held=frozenset()):
     """The loop IR of a loop tree (``poly.astgen``'s nodes)."""
     ivenv = {} if ivenv is None else ivenv
     t = type(tree)
     if t is T.Block:
-        return N.seq([from_tree(c, bufs, ivenv) for c in tree.children])
+        return N.seq([from_tree(c, bufs, ivenv, held) for c in tree.children])
     if t is T.If:
-        return N.IfThen(tree.cond, from_tree(tree.then, bufs, ivenv),
-                        from_tree(tree.else_, bufs, ivenv) if tree.else_ is not None else None)
+        return N.IfThen(tree.cond, from_tree(tree.then, bufs, ivenv, held),
+                        from_tree(tree.else_, bufs, ivenv, held)
+                        if tree.else_ is not None else None)
     if t is T.User:
         return statement(tree.stmt, list(tree.values), bufs, ivenv)
     if t is T.Let:
         inner = dict(ivenv)
         inner[tree.iv] = tree.var
-        return N.LetStmt(tree.var, tree.value, _body(tree.body, bufs, inner, tree.iv))
+        return N.LetStmt(tree.var, tree.value, _body(tree.body, bufs, inner, tree.iv, held))
     if t is T.Loop:
         iv, stage, body = tree.iv, tree.stage, tree.body
         inner = dict(ivenv)
@@ -209,35 +210,48 @@ def from_tree(tree, bufs, ivenv=None):
         k = _KINDS[attr.kind] if attr is not None else "serial"
         ann = tuple((n, v) for n, v in attr.pragmas) if attr is not None else ()
         if tree.part is not None:       # one part of a fuse over symbolic extents
-            b = _body(body, bufs, inner, iv)      # buffers attached at the fused loop
+            b = _body(body, bufs, inner, iv, held)      # buffers attached at the fused loop
             ann = (("fuse_part", (iv, tree.part[0], tree.part[1], k,
                                   attr.thread_tag if attr is not None else "")),) + ann
             return N.For(tree.var, tree.lo, tree.hi, "serial", b, tree.step, "", ann)
         if k == "vectorized":
             ext = stage.extent(iv)
             ann += (("lanes", int(ext.value)),)
-        b = _body(body, bufs, inner, iv)
+        b = _body(body, bufs, inner, iv, held)
         return N.For(tree.var, tree.lo, tree.hi, k, b, tree.step,
                      attr.thread_tag if attr is not None else "", ann)
     raise DefinitionError(f"unknown loop tree node {t.__name__}")
 
 
-def _body(tree, bufs, ivenv, iv):
+def _body(tree, bufs, ivenv, iv, held=frozenset()):
     """The loop IR of the body of loop ``iv`` (None: the function's body) with attached buffers
     allocated here.
 
     An attached buffer lives in the innermost emitted loop at or above its attach point (never
     outside a parallel loop).  isl emits no loop for a dimension of one value, and a separated
     tail tile may have such a dimension where the full tiles have a loop, so the rule is per
-    path: the buffer is allocated at a loop of its chain around the run of children that use
-    it under no deeper loop of the chain."""
+    path: the buffer is allocated at the outermost loop of its chain where a child uses it under
+    no deeper loop of the chain, around every child that uses it there (also under deeper loops:
+    a separated path may produce under a loop its consumer's path lacks), and ``held`` (the
+    buffers allocated around this tree) keeps the deeper loops from allocating a second copy."""
     kids = _flat(tree)
-    groups = [([c], from_tree(c, bufs, ivenv)) for c in kids]
-    for b in reversed(bufs.at_loop.get(iv, [])):
-        chain, stages = bufs.chains[b]
-        flags = [any(_open(c, chain, stages) for c in g[0]) for g in groups]
-        if not any(flags):
+    spans = {}
+    for b in bufs.at_loop.get(iv, []):
+        if b in held:
             continue
+        chain, stages = bufs.chains[b]
+        if not any(_open(c, chain, stages) for c in kids):
+            continue
+        used = [i for i, c in enumerate(kids) if _uses(c, stages)]
+        spans[b] = (used[0], used[-1] + 1)
+    groups = [([c], from_tree(c, bufs, ivenv, held | {b for b, (i, j) in spans.items()
+                                                          if i <= k < j}))
+              for k, c in enumerate(kids)]
+    for b in reversed(bufs.at_loop.get(iv, [])):
+        if b not in spans:
+            continue
+        chain, stages = bufs.chains[b]
+        flags = [any(_uses(c, stages) for c in g[0]) for g in groups]
         i, j = flags.index(True), len(flags) - flags[::-1].index(True)
         merged = [c for g in groups[i:j] for c in g[0]]
         groups[i:j] = [(merged, N.Allocate(b, N.seq([g[1] for g in groups[i:j]])))]
@@ -248,6 +262,13 @@ def _flat(tree):
     if type(tree) is not T.Block:
         return [tree]
     return [x for c in tree.children for x in _flat(c)]
+
+
+def _uses(tree, stages):
+    """Whether ``tree`` runs an instance of ``stages``."""
+    if type(tree) is T.User:
+        return tree.stmt.stage in stages
+    return any(_uses(c, stages) for c in T.children(tree))
 
 
 def _open(tree, chain, stages):
@@ -273,7 +294,7 @@ def build_func(program, tree, args, name):
         stop = fp.alloc_iv if fp.alloc_iv is not None else fp.iv
         chain = [] if isinstance(stop, str) else fp.full_o_ivs[:fp.full_o_ivs.index(stop) + 1]
         bufs.chains[b] = (set(chain), {fp.stage, fp.stage.attach_stage})
-        for v in chain + [None]:
+        for v in dict.fromkeys(chain + [None]):     # a loop may appear twice (fuse parts)
             bufs.at_loop.setdefault(v, []).append(b)
     body = _body(tree, bufs, {}, None)
     for b in reversed(bufs.intermediate):
