@@ -241,8 +241,9 @@ def check_schedule(program):
             if iv not in st.leaf_iter_vars or attr.kind not in ("parallel", "vectorize",
                                                                  "thread"):
                 continue
-            if attr.kind == "thread" and iv.kind == "reduce":
-                continue
+            if attr.kind == "thread" and iv.kind == "reduce" and \
+                    attr.thread_tag.startswith("threadIdx"):
+                continue        # a cross-thread reduction (blocks cannot combine partials)
             annotated.append((st, iv, attr))
     needs_order = any(s.kind not in ("compute", "init", "update", "scan_init", "scan_update")
                       for s in program.statements) or any(
