@@ -287,6 +287,17 @@ CASES = {"elementwise": elementwise, "two_kernels": two_kernels, "tiled_matmul":
          "int_floordiv": int_floordiv, "half_math": half_math}
 
 
+# kernels with a known open bug: expected to fail until it is fixed (strict: a fix shows up)
+OPEN = {"row_max_rfactor": "the rfactor stage attached at the threadIdx reduce loop lowers its "
+                           "init store into the cross-thread reduction"}
+
+
+def case_params():
+    """``sorted(CASES)`` for parametrize, with the cases of ``OPEN`` marked as expected failures."""
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=OPEN[n])) if n in OPEN
+            else n for n in sorted(CASES)]
+
+
 def case(name):
     """``(schedule, args, inputs, reference)`` of a kernel in ``CASES``."""
     return CASES[name]()
@@ -294,7 +305,7 @@ def case(name):
 
 # -- compilation ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", case_params())
 def test_compiles_to_ptx(name):
     s, args, _, _ = case(name)
     mod = te.build(s, args, target="cuda -arch=sm_90", name=name)
@@ -305,7 +316,7 @@ def test_compiles_to_ptx(name):
 
 
 @pytest.mark.skipif(nvrtc.find_ptxas() is None, reason="ptxas is not installed")
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", case_params())
 def test_ptxas_accepts_the_ptx(name):
     s, args, _, _ = case(name)
     mod = te.build(s, args, target="cuda -arch=sm_90", name=name)

@@ -48,6 +48,9 @@ def _fix_hint(an, stage, iv, deps, what):
     name = stage.op.outputs[0].name
     mode = "parallel" if what.startswith("parallel") else "vector lanes" \
         if what.startswith("vectorize") else "GPU threads"
+    if any(d.is_reduction for d in deps) and iv.kind == "reduce" and "blockIdx" in what:
+        return (f"blocks cannot combine partial results: bind {iv.name} to threadIdx (a "
+                f"cross-thread reduction), or use s.rfactor({name}, {iv.name}) and bind a data loop")
     if any(d.is_reduction for d in deps) and iv.kind == "reduce":
         data = ", ".join(_free_loops(an, stage, iv, what)[:6])
         return (f"a reduction loop cannot run in {mode}: use s.rfactor({name}, {iv.name}) to "
