@@ -45,30 +45,8 @@ def schedule(n, mr=MR, nr=NR, ku=KU):
 
 def schedule_rect(m, n, k_, mr=MR, nr=NR, ku=KU):
     """The same schedule for an (m × k) @ (k × n) product; returns (s, [A, B, C])."""
-    A = te.placeholder((m, k_), "float32", name="A")
-    B = te.placeholder((k_, n), "float32", name="B")
-    k = te.reduce_axis((0, k_), name="k")
-    Bp = te.compute(((n + nr - 1) // nr, k_, nr),
-                    lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
-                    name="Bp")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
-                   name="C")
-    s = te.create_schedule(C)
-    CC = s.cache_write(C, "local")
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
-    s[CC].compute_at(s[C], jo)
-    ic, jc = s[CC].op.axis
-    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=ku)
-    s[CC].reorder(ko, ki, ic, jc)
-    s[CC].unroll(ki)
-    s[CC].unroll(ic)
-    s[CC].vectorize(jc)
-    s[C].vectorize(ji)
-    s[C].parallel(io)
-    x, _, z = s[Bp].op.axis
-    s[Bp].vectorize(z)
-    s[Bp].parallel(x)
-    return s, [A, B, C]
+    from tedsl.cli import gemm_schedule
+    return gemm_schedule(m, n, k_, mr, nr, ku)
 
 
 def build_best(n):

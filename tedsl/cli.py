@@ -254,18 +254,25 @@ def gemm_template(cfg, n):
     args : list of tedsl.Tensor
         ``[A, B, C]``.
     """
-    import tedsl as te
     mr = cfg.define_split("tile_i", n, [f for f in (8, 4, 2, 16) if f <= n] or [n])
     nr = cfg.define_split("tile_j", n, [f for f in (32, 16, 64, 8) if f <= n] or [n])
     ku = cfg.define_split("unroll_k", n, [f for f in (4, 1, 2, 8) if f <= n] or [n])
     unroll_rows = cfg.define_knob("unroll_rows", [True, False])
-    A = te.placeholder((n, n), "float32", name="A")
-    B = te.placeholder((n, n), "float32", name="B")
-    k = te.reduce_axis((0, n), name="k")
-    Bp = te.compute(((n + nr - 1) // nr, n, nr),
+    return gemm_schedule(n, n, n, mr, nr, ku, unroll_rows)
+
+
+def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
+    """The schedule of :func:`gemm_template` for an (m x k) @ (k x n) float32 product with
+    an ``mr`` x ``nr`` register tile and the reduction unrolled by ``ku``; returns
+    ``(s, [A, B, C])``."""
+    import tedsl as te
+    A = te.placeholder((m, k_), "float32", name="A")
+    B = te.placeholder((k_, n), "float32", name="B")
+    k = te.reduce_axis((0, k_), name="k")
+    Bp = te.compute(((n + nr - 1) // nr, k_, nr),
                     lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
                     name="Bp")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
                    name="C")
     s = te.create_schedule(C)
     CC = s.cache_write(C, "local")
