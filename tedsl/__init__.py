@@ -28,6 +28,27 @@ from .runtime.loader import load_module
 
 __version__ = "0.1.0"
 
+# Capabilities built on top of the core layers (they import poly/, driver or tune), reached as
+# ``te.<name>`` without importing their modules until first use, so that the core stays light and
+# no core layer imports a layer to its right.
+_LAZY = {
+    "auto_schedule": "tedsl.auto",
+    "gradient": "tedsl.autodiff",
+    "extern": "tedsl.te.extern",
+    "export_library": "tedsl.runtime.export",
+    "Library": "tedsl.runtime.export",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tedsl' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 __all__ = [
     "var", "const", "placeholder", "compute", "reduce_axis", "scan", "sum", "max", "min", "prod",
     "comm_reducer", "if_then_else", "select", "exp", "log", "log2", "sqrt", "rsqrt", "tanh",
@@ -37,5 +58,5 @@ __all__ = [
     "load_module", "Tensor", "Schedule", "Stage", "Expr", "Var", "IterVar", "errors",
     "TedslError", "ScheduleError", "DependenceError", "AttachError", "ShapeError",
     "ArgumentError", "CompileError", "TargetUnavailableError", "DefinitionError",
-    "InternalError",
+    "InternalError", "auto_schedule", "gradient", "extern", "export_library", "Library",
 ]
