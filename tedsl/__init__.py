@@ -34,7 +34,6 @@ __version__ = "0.1.0"
 _LAZY = {
     "auto_schedule": "tedsl.auto",
     "gradient": "tedsl.autodiff",
-    "extern": "tedsl.te.extern",
     "export_library": "tedsl.runtime.export",
     "Library": "tedsl.runtime.export",
 }
@@ -58,5 +57,5 @@ __all__ = [
     "load_module", "Tensor", "Schedule", "Stage", "Expr", "Var", "IterVar", "errors",
     "TedslError", "ScheduleError", "DependenceError", "AttachError", "ShapeError",
     "ArgumentError", "CompileError", "TargetUnavailableError", "DefinitionError",
-    "InternalError", "auto_schedule", "gradient", "extern", "export_library", "Library",
+    "InternalError", "auto_schedule", "gradient", "export_library", "Library",
 ]
