@@ -1,0 +1,123 @@
+"""Auto-scheduling: a schedule from the compute definition alone, no search.
+
+``auto_schedule(outs, target="llvm", params=None)`` applies the sketch rules of
+``rules.py`` (inlining, multi-level tiling with register tiles and packing, consumer fusion,
+row statistics, rfactor, stencils, a parallel + vectorized fallback) with tile sizes from the
+analytic model of ``model.py`` (exact isl footprints against this machine's caches and vector
+width, ``machine.py``).  ``sketch_space(outs, target)`` lists every knob the rules decide and
+its candidate values, the model's choice first; ``auto_schedule(..., params={knob: value})``
+applies other choices (the search of ``tedsl.tune.auto`` walks this space).
+
+Every schedule is lowered once before it is returned, so a rule that meets a limit of the
+compiler falls back to the plain rules (inlining and the parallel + vectorized fallback) instead
+of handing back a schedule that does not build; with explicit ``params`` the failure is raised
+(a search records it).
+"""
+from ..errors import ScheduleError, TargetUnavailableError, TedslError
+from ..te.tensor import PlaceholderOp, Tensor
+
+__all__ = ["auto_schedule", "sketch_space"]
+
+
+def _outs(outs):
+    if isinstance(outs, Tensor):
+        outs = [outs]
+    if not isinstance(outs, (list, tuple)) or not outs or \
+            not all(isinstance(t, Tensor) for t in outs):
+        raise ScheduleError(f"auto_schedule: expected an output tensor or a list of them, got "
+                            f"{outs!r}")
+    return list(outs)
+
+
+def _target(target):
+    from ..codegen.target import parse
+    tgt = parse(target)
+    if tgt.kind != "llvm":
+        raise TargetUnavailableError(f"auto_schedule: target {target!r} is not supported; it "
+                                     "schedules CPU targets ('llvm'); for CUDA use "
+                                     "tedsl.ops.schedule(outs, 'cuda') or a hand schedule")
+    return tgt
+
+
+def _sketch(outs, tgt, params, plain=False):
+    """Apply the rules to a fresh schedule.  The full rules run with the per-primitive
+    dependence checks deferred to the one check of ``_check`` (every annotation and attachment
+    is checked again there); the plain rules keep them, so that each refused optional
+    annotation is simply left out."""
+    from ..schedule.schedule import create_schedule
+    from .graph import Graph
+    from .machine import machine
+    from .rules import Knobs, Sketch
+    g = Graph(outs)
+    knobs = Knobs(params)
+    s = create_schedule(outs)
+    sk = Sketch(s, g, machine(tgt), knobs)
+    if plain:
+        sk.inline()
+        sk.fallback()
+        return s, g, knobs
+    s._check_legal = s._check_attach = _unchecked
+    try:
+        sk.run()
+    finally:
+        del s._check_legal, s._check_attach
+    return s, g, knobs
+
+
+def _unchecked(*args):
+    return None
+
+
+def _check(s, g, outs):
+    """Lower ``s`` (the placeholders, then the outputs) so that a limit met by a rule shows
+    now, not at the caller's build."""
+    from ..transform.pipeline import lower
+    args = [op.output(i) for op in g.ops if isinstance(op, PlaceholderOp)
+            for i in range(len(op.outputs))]
+    args += [t for t in outs if t not in args]
+    lower(s, args)
+
+
+def auto_schedule(outs, target="llvm", *, params=None):
+    """A schedule for the computes behind ``outs`` (a tensor or a list), from the rules and
+    the analytic model alone (milliseconds to a second).
+
+    Parameters
+    ----------
+    outs : Tensor or list of Tensor
+        The outputs; build the result with ``te.build(s, args)`` for the same tensors.
+    target : str
+        A CPU target (``"llvm"``, ``"llvm -mcpu=..."``).
+    params : dict, optional
+        Knob values (see :func:`sketch_space`); missing knobs take the model's choice.
+
+    Returns
+    -------
+    tedsl.Schedule
+    """
+    outs = _outs(outs)
+    tgt = _target(target)
+    s, g, knobs = _sketch(outs, tgt, params)
+    knobs.check_unknown()
+    try:
+        _check(s, g, outs)
+    except TedslError as err:
+        if params:
+            raise ScheduleError(f"auto_schedule: the choices {params} give a schedule that does "
+                                f"not lower: {err}") from err
+        s, g, _ = _sketch(outs, tgt, None, plain=True)
+        try:
+            _check(s, g, outs)
+        except TedslError:
+            from ..schedule.schedule import create_schedule
+            s = create_schedule(outs)
+    return s
+
+
+def sketch_space(outs, target="llvm"):
+    """The knobs of ``auto_schedule`` for this graph: ``{name: [values]}``, the value the
+    analytic model picks first.  Every combination gives a legal schedule."""
+    outs = _outs(outs)
+    tgt = _target(target)
+    _, _, knobs = _sketch(outs, tgt, None)
+    return {k: list(v) for k, v in knobs.space.items()}

@@ -1,0 +1,151 @@
+"""The analytic cost model: register tiles, unroll factors and loop orders from the machine
+and from exact per-tile footprints.
+
+A footprint is what one tile of a stage reads: for every tensor it loads, isl's image of the
+tile's iteration box under the load's access relation (``footprint``), measured as the
+bounding box of that exact image (exact for the rectangular images of tensor programs; a
+stencil's ``(t + 2) x (u + 2)`` window included).  Symbolic extents are taken at ``REP`` for
+the model only; the schedule itself stays valid for every size.
+"""
+import islpy as isl
+
+from ..ir import dtype as dt
+from ..poly.convert import IslNames, NotAffine, aff
+from .graph import const_int
+
+REP = 1024          # extent assumed for a symbolic size when sizing tiles
+
+
+def extent_of(iv):
+    """Constant extent of an axis (``REP`` when symbolic or not rectangular)."""
+    b, e = const_int(iv.begin), const_int(iv.end)
+    if b is None or e is None:
+        return REP
+    return max(0, e - b)
+
+
+def footprint(op, loads, box):
+    """Bytes ``op`` reads over one tile: ``box`` maps each axis (IterVar) of ``op`` to the tile
+    extent along it (axes left out take their whole extent).  Loads whose indices are not
+    affine count their whole tensor."""
+    names = IslNames()
+    axes = list(op.axis) + list(op.reduce_axis)
+    dims = {a.var for a in axes}
+    anames = [names.name(a.var) for a in axes]
+    cons = []
+    for a, n in zip(axes, anames):
+        t = box.get(a, extent_of(a))
+        cons.append(f"0 <= {n} < {max(1, t)}")
+    dom = "[" + ", ".join(anames) + "]"
+    total, seen = 0, set()
+    for ld in loads:
+        nbytes = max(1, dt.bits(ld.tensor.dtype) // 8)
+        try:
+            idx = [aff(i, names, dims) for i in ld.indices]
+        except NotAffine:
+            idx = None
+        key = (id(ld.tensor.op), ld.tensor.value_index, tuple(idx) if idx else None)
+        if key in seen:
+            continue
+        seen.add(key)
+        if idx is None:
+            n = 1
+            for d in ld.tensor.shape:
+                c = const_int(d)
+                n *= REP if c is None else c
+            total += n * nbytes
+            continue
+        total += _image_elements(dom, cons, idx, names) * nbytes
+    return total
+
+
+def _image_elements(dom, cons, idx, names):
+    params = sorted(names.params)
+    pre = f"[{', '.join(params)}] -> " if params else ""
+    pcons = [f"{p} = {REP}" for p in params]
+    text = f"{pre}{{ {dom} -> M[{', '.join(idx)}] : {' and '.join(cons + pcons)} }}"
+    try:
+        img = isl.Map(text).range()
+    except isl.Error:
+        return REP
+    if img.is_empty():
+        return 0
+    n = 1
+    for d in range(img.dim(isl.dim_type.set)):
+        lo, hi = img.dim_min(d), img.dim_max(d)
+        if not (lo.is_cst() and hi.is_cst()):
+            return REP * REP
+        lov = _cst(lo)
+        hiv = _cst(hi)
+        n *= max(1, hiv - lov + 1)
+    return n
+
+
+def _cst(pw):
+    vals = []
+    pw.foreach_piece(lambda s, a: vals.append(a.get_constant_val().to_python()))
+    return int(max(vals)) if vals else 0
+
+
+# -- choices ------------------------------------------------------------------------------------
+
+def vector_block(ext, lanes, max_regs=2):
+    """Width of the vectorized tile along a contiguous axis of extent ``ext`` (None: symbolic):
+    the whole axis when it fits a register, else the largest divisor of ``ext`` that is a
+    whole number of registers (up to ``max_regs``) or fits one; ``max_regs`` registers and a
+    tail when no divisor fills a register."""
+    if ext is None:
+        return max_regs * lanes
+    if ext <= lanes:
+        return ext
+    good = [d for d in range(1, min(ext, max_regs * lanes) + 1)
+            if ext % d == 0 and (d <= lanes or d % lanes == 0)]
+    best = max(good)
+    if best >= lanes or best >= lanes // 2 and ext < 8 * max_regs * lanes:
+        return best
+    return max_regs * lanes if ext >= max_regs * lanes else lanes
+
+
+def row_block(ext, want):
+    """Rows of a register tile: a divisor of ``ext`` in ``[want/2, want]`` when there is one
+    (no tail), else ``want`` (or ``ext`` when smaller)."""
+    if ext is None:
+        return want
+    if ext <= want:
+        return max(1, ext)
+    for d in range(want, (want + 1) // 2 - 1, -1):
+        if d >= 1 and ext % d == 0:
+            return d
+    return want
+
+
+def register_tile(m, lanes, rows_ext, cols_ext, col_hint=None):
+    """``(mr, nr)``: unrolled rows x vector columns of a register tile whose accumulators fill
+    the machine's vector registers.  ``col_hint`` (a packed panel width) wins for the columns."""
+    nr = col_hint or vector_block(cols_ext, lanes)
+    regs = max(1, -(-nr // lanes))
+    mr = row_block(rows_ext, max(1, m.accumulators // regs)) if rows_ext != 1 else 1
+    return mr, nr
+
+
+def unroll_k(k_ext):
+    """Unroll of the innermost reduction loop: a divisor of its extent (a tail would multiply
+    the unrolled code), 1 when symbolic."""
+    if k_ext is None:
+        return 1
+    return next(f for f in (4, 3, 2, 1) if k_ext % f == 0)
+
+
+def loop_order(m, op, loads, row_iv, col_iv, mr, nr):
+    """``"ij"`` (row tiles outside: a row block of the operands stays in cache while column
+    panels stream) or ``"ji"`` (the other way round), whichever keeps the smaller reused
+    block, from the exact footprints of one register tile over the whole reduction."""
+    if row_iv is None:
+        return "ij"
+    row_block_bytes = footprint(op, [ld for ld in loads if not ld.depends(col_iv.var)],
+                                {a: 1 for a in op.axis if a not in (row_iv,)} | {row_iv: mr})
+    col_block_bytes = footprint(op, [ld for ld in loads if not ld.depends(row_iv.var)],
+                                {a: 1 for a in op.axis if a not in (col_iv,)} | {col_iv: nr})
+    if row_block_bytes <= m.l1 // 2 or row_block_bytes <= col_block_bytes:
+        return "ij"
+    return "ji"

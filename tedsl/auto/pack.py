@@ -1,0 +1,82 @@
+"""Packing of a reused operand into column panels (TVM's ``dense_pack``, as a schedule rewrite).
+
+``T[..., j, ...]`` read by a register tile whose vector axis is ``j`` becomes
+``T_pack[j // w, ..., j % w]``: a stage that copies ``T`` into panels of ``w`` columns, the
+other dimensions in between, so that the tile reads ``w`` contiguous elements for every value
+of the reduction, whatever ``T``'s stride along ``j`` (a transposed operand included).  The
+rewrite touches only this schedule (as ``cache_read`` does); the user's definitions stay.
+"""
+from ..ir import expr as E
+from ..schedule.cache import _fresh_name, _insert_stage, _reset_like, _same_axes_op
+from ..schedule.schedule import Stage
+from ..ir.functor import transform, walk
+from ..te.intrin import if_then_else
+from ..te.tensor import ComputeOp
+from .graph import const_int
+
+
+def pack_dim(load, var):
+    """The index position of ``load`` that is exactly ``var`` while no other index mentions
+    it, else None."""
+    dim = None
+    for d, f in enumerate(load.forms):
+        if f is None:
+            return None
+        if f.get(var, 0):
+            if dim is not None or f != {var: 1} and f != {var: 1, 1: 0}:
+                return None
+            dim = d
+    return dim
+
+
+def pack_operand(s, stage, tensor, var, width):
+    """Read ``tensor`` through a packed copy in ``stage`` (see the module docstring); returns
+    the packed tensor."""
+    from .graph import Load
+    shape = list(tensor.shape)
+    dims = set()
+
+    def find(e):
+        if type(e) is E.TensorLoad and e.tensor is tensor:
+            d = pack_dim(Load(e), var)
+            if d is not None:
+                dims.add(d)
+    for b in stage.op.body:
+        walk(b, find)
+    if len(dims) != 1:
+        return None
+    d = dims.pop()
+    size = const_int(shape[d])
+    nparts = (size + width - 1) // width
+    others = [n for n in range(len(shape)) if n != d]
+    pshape = [E.as_expr(x) for x in [nparts] + [shape[n] for n in others] + [width]]
+    names = ["jo"] + [f"ax{n}" for n in others] + ["ji"]
+    axes = [E.IterVar(E.Var(nm, "int32"), E.Const(0, "int32"), ext, "data_par")
+            for nm, ext in zip(names, pshape)]
+    idx = [None] * len(shape)
+    j = axes[0].var * width + axes[-1].var
+    idx[d] = j
+    for n, a in zip(others, axes[1:-1]):
+        idx[n] = a.var
+    val = E.TensorLoad(tensor, idx)
+    if size % width:
+        val = if_then_else(j < size, val, E.const(0, tensor.dtype))
+    base = f"{tensor.name}_pack"
+    pop = ComputeOp(_fresh_name(s, base, base), "auto_pack", axes, [val], pshape)
+    pst = Stage(pop, s)
+    _insert_stage(s, pst, stage)
+    packed = pop.outputs[0]
+
+    def rewrite(e):
+        if type(e) is E.TensorLoad and e.tensor is tensor:
+            ind = list(e.indices)
+            if pack_dim(Load(e), var) != d:
+                return None
+            new = [E.binary("floordiv", ind[d], E.const(width, "int32"))]
+            new += [ind[n] for n in others]
+            new.append(E.binary("floormod", ind[d], E.const(width, "int32")))
+            return E.TensorLoad(packed, new)
+        return None
+    body = [transform(b, rewrite) for b in stage.op.body]
+    _reset_like(stage, _same_axes_op(stage.op, body))
+    return packed

@@ -1,0 +1,647 @@
+"""The sketch rules of the auto-scheduler, applied in order to a fresh schedule.
+
+1. ``inline``: injective stages that are not outputs are substituted into their consumers,
+   except a packed layout copy read by a reduction, an expensive stage (a transcendental call)
+   read by several stages, and a stencil producer (knob ``<stage>.inline`` flips each).
+2. ``rows``: an injective output whose row statistics are reductions over its trailing axis
+   (softmax, layer_norm) computes them, and the expensive stages between, inside its parallel
+   row loop; a statistic over a contiguous axis is vectorized by ``rfactor`` over the lanes.
+3. ``tile``: every other reduction with an output axis gets multi-level tiling: a register tile
+   of ``tile_rows`` x ``tile_cols`` (rows along the axis with the most reuse, columns along
+   the contiguous last axis, vectorized) accumulated via ``cache_write`` (or inside its
+   elementwise consumer, fused: bias, activation), the innermost reduction loop split and
+   unrolled, the reused operand packed into panels when its stride along the columns hurts,
+   and the tile loops in the order the footprint model prefers, one of them parallel.
+4. ``rfactor``: a reduction to a scalar (or to too few outputs to run in parallel) is split
+   and factored so that its chunks run in parallel.
+5. ``stencil``: a kept stencil producer is computed per row tile of its consumer.
+6. ``fallback``: every stage still at the root gets vectorized inner and parallel outer
+   loops where that is legal (scan stages included), so every te program gets a parallel,
+   vectorized schedule that is valid for every size.
+
+Every choice is a knob (``Knobs``): its first value is the model's; ``sketch_space`` lists
+the alternatives, all of which give legal schedules.
+"""
+from ..errors import ScheduleError
+from ..te.tensor import ComputeOp, ScanOp
+from . import model
+from .graph import const_int, has_call, numel
+from .pack import pack_dim, pack_operand
+
+PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
+
+
+class Knobs:
+    """Knob values: ``params`` chosen by the caller, the model's defaults otherwise; records
+    the candidates of every knob met (``space``)."""
+
+    def __init__(self, params):
+        self.params = dict(params or {})
+        self.space = {}
+
+    def __call__(self, name, default, others=()):
+        cands = [default]
+        for v in others:
+            if v not in cands:
+                cands.append(v)
+        self.space[name] = cands
+        if name in self.params:
+            v = self.params[name]
+            if v not in cands:
+                raise ScheduleError(f"auto_schedule: knob {name!r} cannot be {v!r}; its values "
+                                    f"are {cands}")
+            return v
+        return default
+
+    def check_unknown(self):
+        bad = sorted(k for k in self.params if k not in self.space)
+        if bad:
+            raise ScheduleError(f"auto_schedule: unknown knob(s) {', '.join(map(repr, bad))}; "
+                                f"the knobs of this graph are {sorted(self.space)} "
+                                "(see tedsl.auto.sketch_space)")
+
+
+def labels(ops):
+    """A unique knob prefix per compute stage (its name, numbered when names repeat)."""
+    out, used = {}, {}
+    for op in ops:
+        n = used.get(op.name, 0)
+        used[op.name] = n + 1
+        out[id(op)] = op.name if n == 0 else f"{op.name}#{n}"
+    return out
+
+
+# -- small schedule helpers ---------------------------------------------------------------------
+
+def ext(stage, iv):
+    e = stage.extent(iv)
+    return const_int(e) if e is not None else None
+
+
+def try_(fn, *args):
+    """Apply an optional primitive; a refusal leaves the schedule as it was."""
+    try:
+        fn(*args)
+        return True
+    except ScheduleError:
+        return False
+
+
+def split_vector(stage, iv, width):
+    """Split ``iv`` by ``width`` (the whole loop when it is a shorter constant) and vectorize
+    the inner loop; returns ``(outer or None, inner)``."""
+    e = ext(stage, iv)
+    if e is not None and e <= width:
+        if e > 1:
+            try_(stage.vectorize, iv)
+        return None, iv
+    o, i = stage.split(iv, factor=width)
+    try_(stage.vectorize, i)
+    return o, i
+
+
+def fuse_outer(stage, axes):
+    """Fuse ``axes`` (outermost first) where extents allow (every loop after the first of a
+    group needs a constant extent); returns the loops left, outermost first."""
+    axes = list(axes)
+    if len(axes) <= 1:
+        return axes
+    out = [axes[0]]
+    for a in axes[1:]:
+        if ext(stage, a) is not None:
+            out[-1] = stage.fuse(out[-1], a)
+        else:
+            out.append(a)
+    return out
+
+
+def maybe_parallel(stage, iv, work):
+    if iv is None or work is not None and work < PARALLEL_MIN:
+        return
+    e = ext(stage, iv)
+    if e is not None and e < 2:
+        return
+    try_(stage.parallel, iv)
+
+
+def attach_tile(stages, T, outer, work):
+    """Compute ``stages`` inside ``T`` at the innermost loop of ``outer`` (``T``'s loops
+    outside the tile, outermost first) and run one of those loops in parallel.
+
+    Loops of constant extent 1 move inside the attach point (isl emits none for them) and the
+    loops are not fused (an attach point must be a loop of the stage as split).  Returns the
+    attach loop, or None when every loop has extent 1 (the stages stay at the root)."""
+    keep = [l for l in outer if ext(T, l) != 1]
+    ones = [l for l in outer if ext(T, l) == 1]
+    if ones and keep:
+        T.reorder(*keep, *ones)
+    if not keep:
+        return None
+    at = keep[-1]
+    for st in stages:
+        st.compute_at(T, at)
+    par = next((l for l in keep if ext(T, l) is None or ext(T, l) >= 8), None)
+    if par is None:
+        par = max(keep, key=lambda l: ext(T, l))
+    maybe_parallel(T, par, work)
+    return at
+
+
+def injective(stage, lanes):
+    """Vectorized inner, parallel outer loops of an elementwise stage at the root: all axes
+    fused into one contiguous loop when sizes are constant and rows are whole vectors, else
+    the last axis vectorized and the others fused and parallel."""
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    work = numel(stage.op.shape)
+    last = axes[-1]
+    e_last = ext(stage, last)
+    chunk = max(1, 4096 // lanes)
+    if work is not None and e_last % lanes == 0:
+        fused = fuse_outer(stage, axes)[0]
+        o, _ = split_vector(stage, fused, lanes)
+        if o is not None and ext(stage, o) > chunk:
+            o, _ = stage.split(o, factor=chunk)
+        maybe_parallel(stage, o, work)
+        return
+    vb = model.vector_block(e_last, lanes, max_regs=1)
+    o, _ = split_vector(stage, last, vb)
+    outer = fuse_outer(stage, axes[:-1])
+    if outer:
+        maybe_parallel(stage, outer[0], work)
+    elif o is not None:
+        if ext(stage, o) is None or ext(stage, o) > chunk:
+            o, _ = stage.split(o, factor=chunk)
+        maybe_parallel(stage, o, work)
+
+
+# -- the rules ----------------------------------------------------------------------------------
+
+class Sketch:
+    """One application of the rules to a schedule ``s`` of graph ``g``."""
+
+    def __init__(self, s, g, m, knobs):
+        self.s, self.g, self.m, self.k = s, g, m, knobs
+        self.label = labels(g.ops)
+        self.inlined = set()
+        self.kept = {}          # id(op) -> why an injective stage is not inlined
+        self.done = set()       # ids of ops whose stage a rule has scheduled
+
+    def lanes(self, op):
+        return self.m.lanes(op.output(0).dtype)
+
+    def run(self):
+        self.inline()
+        self.rows()
+        for op in reversed(self.g.ops):
+            if id(op) in self.done or self.g.kind(op) != "reduction" or len(op.outputs) != 1:
+                continue
+            if op.axis and not self.small_data(op):
+                self.tile(op)
+            else:
+                self.rfactor(op)
+        self.stencils()
+        self.fallback()
+
+    # 1 -----------------------------------------------------------------------------------------
+    def inline(self):
+        g = self.g
+        for op in g.ops:
+            if g.kind(op) != "injective" or g.is_output(op) or len(op.outputs) != 1:
+                continue
+            cons = g.consumers(op)
+            why = None
+            if g.is_layout_copy(op) and any(g.kind(c) == "reduction" for c in cons):
+                why = "pack"
+            elif len(cons) >= 2 and has_call(op):
+                why = "shared"
+            elif len(cons) == 1 and g.kind(cons[0]) == "injective" and \
+                    g.is_stencil_read(cons[0], op) and len(g.loads(op)) >= 2 and \
+                    len(op.axis) >= 1:
+                why = "stencil"
+            if why is not None and not self.k(f"{self.label[id(op)]}.inline", False, [True]):
+                self.kept[id(op)] = why
+                continue
+            self.s[op].compute_inline()
+            self.inlined.add(id(op))
+
+    def consumers(self, op):
+        """Consumers of ``op`` looking through inlined stages."""
+        out, todo, seen = [], list(self.g.consumers(op)), set()
+        while todo:
+            c = todo.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if id(c) in self.inlined:
+                todo.extend(self.g.consumers(c))
+            else:
+                out.append(c)
+        return out
+
+    def producers(self, op):
+        """Compute producers of ``op`` looking through inlined stages."""
+        out, todo, seen = [], [t.op for t in op.input_tensors()], set()
+        while todo:
+            p = todo.pop()
+            if id(p) in seen or not isinstance(p, ComputeOp):
+                continue
+            seen.add(id(p))
+            if id(p) in self.inlined:
+                todo.extend(t.op for t in p.input_tensors())
+            else:
+                out.append(p)
+        return out
+
+    # 2 -----------------------------------------------------------------------------------------
+    def rows(self):
+        g = self.g
+        for out in reversed(g.ops):
+            if g.kind(out) != "injective" or id(out) in self.inlined or id(out) in self.done \
+                    or len(out.outputs) != 1 or self.kept.get(id(out)) is not None:
+                continue
+            group = self.row_group(out)
+            if group:
+                self.schedule_rows(out, *group)
+
+    def row_group(self, out):
+        """``(a, members)``: the stages to compute inside ``out``'s first ``a`` (row) loops, or
+        None.  Members are reductions over ``out``'s trailing axes whose shape is ``out``'s
+        row shape, and kept expensive stages of ``out``'s shape, read only inside the group."""
+        from ..ops._common import same_dim
+        g = self.g
+        n = len(out.axis)
+        members, todo, a = [], self.producers(out), None
+        seen = set()
+        while todo:
+            p = todo.pop()
+            if id(p) in seen or id(p) in self.done or g.is_output(p) or g.kind(p) == "scan":
+                continue
+            seen.add(id(p))
+            if len(p.outputs) != 1:
+                continue
+            shp = p.shape
+            if g.kind(p) == "reduction" and 0 < len(shp) < n and \
+                    all(same_dim(x, y) for x, y in zip(shp, out.shape)):
+                if a is not None and a != len(shp):
+                    continue
+                a = len(shp)
+            elif self.kept.get(id(p)) == "shared" and len(shp) == n and \
+                    all(same_dim(x, y) for x, y in zip(shp, out.shape)):
+                pass
+            else:
+                continue
+            members.append(p)
+            todo.extend(self.producers(p))
+        if a is None:
+            return None
+        ids = {id(p) for p in members} | {id(out)}
+        if any(id(c) not in ids for p in members for c in self.consumers(p)):
+            return None
+        order = [p for p in g.ops if id(p) in ids and p is not out]
+        return a, order
+
+    def schedule_rows(self, out, a, members):
+        s, m = self.s, self.m
+        T = s[out]
+        lanes = self.lanes(out)
+        axes = list(out.axis)
+        split_vector(T, axes[-1], lanes)
+        stages = []
+        for p in members:
+            if p.is_reduction and self.k(f"{self.label[id(p)]}.rfactor", self.contiguous(p),
+                                         [not self.contiguous(p)]):
+                rf = self.vector_rfactor(p)
+                stages += [s[rf], s[p]]
+            else:
+                stages.append(s[p])
+        at = attach_tile(stages, T, axes[:a], numel(out.shape))
+        if at is None:
+            maybe_parallel(T, axes[0], numel(out.shape))
+        for p in members:
+            self.done.add(id(p))
+            if not p.is_reduction and len(p.axis) > a:
+                split_vector(s[p], p.axis[-1], lanes)
+        self.done.add(id(out))
+
+    def contiguous(self, op):
+        """Whether the innermost reduction axis walks the last index of every load that
+        depends on it with stride 1 (a row statistic)."""
+        if not op.reduce_axis:
+            return False
+        k = op.reduce_axis[-1].var
+        lds = [ld for ld in self.g.loads(op) if ld.depends(k)]
+        return bool(lds) and all(ld.forms[-1] is not None and ld.coeff(-1, k) == 1 and
+                                 all(f is not None and not f.get(k, 0) for f in ld.forms[:-1])
+                                 for ld in lds)
+
+    def vector_rfactor(self, op):
+        """Factor ``op``'s innermost reduction by the vector lanes: ``op.rf[kv, ...]`` holds
+        ``lanes`` partial results per output, computed with ``kv`` vectorized innermost."""
+        s = self.s
+        st = s[op]
+        k = op.reduce_axis[-1]
+        lanes = self.lanes(op)
+        _, kv = st.split(k, factor=lanes)
+        rf = s.rfactor(op.output(0), kv)
+        rst = s[rf]
+        data = list(rf.op.axis)
+        rst.reorder(*data[1:], *rf.op.reduce_axis, data[0])
+        try_(rst.vectorize, data[0])
+        return rf
+
+    # 3 -----------------------------------------------------------------------------------------
+    def small_data(self, op):
+        """Too few outputs to run in parallel but a long reduction (a dot product, a norm)."""
+        n = numel(op.shape)
+        r = 1
+        for iv in op.reduce_axis:
+            e = const_int(iv.end) if const_int(iv.begin) == 0 else None
+            r = r * e if e is not None and r is not None else None
+        return n is not None and n < 2 * self.m.threads and (r is None or r >= PARALLEL_MIN)
+
+    def row_axis(self, op, col):
+        """The data axis with the most reuse for a register tile whose columns are ``col``:
+        loads invariant in it are reused across the tile's rows (vector loads, which move with
+        the columns, count double); the innermost wins ties; None when nothing is reused."""
+        lds = self.g.loads(op)
+        best, best_score = None, 0
+        for a in op.axis:
+            if a is col:
+                continue
+            score = sum((2 if ld.depends(col.var) else 1) for ld in lds
+                        if not ld.depends(a.var))
+            if score >= best_score and score > 0:
+                best, best_score = a, score
+        return best
+
+    def tile(self, op):
+        s, g, m = self.s, self.g, self.m
+        lab = self.label[id(op)]
+        lanes = self.lanes(op)
+        col = op.axis[-1]
+        row = self.row_axis(op, col)
+        hint = _panel_hint(g.loads(op), col.var)
+        sym = numel(op.shape) is None or any(const_int(r.end) is None or
+                                             const_int(r.begin) is None
+                                             for r in op.reduce_axis)
+        rect = not any(set(_vars(r.begin) | _vars(r.end)) & {a.var for a in op.axis}
+                       for r in op.reduce_axis)
+        mr0, nr0 = model.register_tile(m, lanes, None if row is None else
+                                       (const_int(row.end) if not sym else None),
+                                       const_int(col.end), hint)
+        pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
+        if row is None:
+            mr0 = 1
+        cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes]
+        nr = self.k(f"{lab}.tile_cols", nr0, [c for c in cols if c >= 1])
+        if row is not None:
+            mr = self.k(f"{lab}.tile_rows", mr0, [8, 4, 6, 2, 1, 12])
+        else:
+            mr = 1
+        kext = const_int(op.reduce_axis[-1].end) if not sym and rect else None
+        ku = self.k(f"{lab}.unroll_k", model.unroll_k(kext), [1, 2, 4, 8]) \
+            if kext is not None else 1
+        pack = False
+        if pack_t is not None:
+            pack = self.k(f"{lab}.pack", True, [False])
+        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, mr, nr),
+                       ["ij", "ji"]) if row is not None else "ij"
+        host = self.host(op)
+        if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
+            host = op
+        if pack:
+            pack_operand(s, s[op], pack_t, col.var, nr)
+        if host is op:
+            cc = s.cache_write(op.output(0), "local")
+            T, cs, cop = s[op], s[cc], cc.op
+        else:
+            T, cs, cop = s[host], s[op], op
+            cs.set_scope("local")
+            self.done.add(id(host))
+        self.done.add(id(op))
+        pos = {a: n for n, a in enumerate(op.axis)}
+        hax = list(host.axis)
+        houter, hinner = self.tile_loops(T, hax, pos[col], None if row is None else pos[row],
+                                         mr, nr, order)
+        T.reorder(*houter, *hinner)
+        work = _work(op)
+        attach_tile([cs], T, houter, work)
+        couter, cinner = self.tile_loops(cs, list(cop.axis), pos[col],
+                                         None if row is None else pos[row], mr, nr, order)
+        red = list(cop.reduce_axis)
+        unrolled = []
+        if ku > 1:
+            ko, ki = cs.split(red[-1], factor=ku)
+            red = red[:-1] + [ko, ki]
+            unrolled.append(ki)
+        cs.reorder(*couter, *red, *cinner)
+        if not sym and rect:
+            for r in red[:-1] if ku > 1 else red:
+                e = ext(cs, r)
+                if e is not None and 1 < e <= 8 and r is red[-1]:
+                    unrolled.append(r)
+            if mr > 1 and len(cinner) == 2:
+                unrolled.append(cinner[0])
+        for r in unrolled:
+            try_(cs.unroll, r)
+        try_(cs.vectorize, cinner[-1])
+        try_(T.vectorize, hinner[-1])
+
+    def pack_candidate(self, op, row, col, mr, nr):
+        """The operand to pack into panels: it moves with the columns, the rows reuse it, and
+        either its columns are strided (a transposed operand) or each column panel is walked
+        along the reduction with the stride of a whole row and reused by enough row tiles."""
+        for ld in self.g.loads(op):
+            d = pack_dim(ld, col.var)
+            if d is None or ld.depends(row.var) or \
+                    any(const_int(x) is None for x in ld.tensor.shape):
+                continue
+            if d != len(ld.indices) - 1:
+                return ld.tensor
+            if model.extent_of(row) >= 2 * mr and model.extent_of(col) > 2 * nr and \
+                    any(ld.depends(r.var) for r in op.reduce_axis):
+                return ld.tensor
+        return None
+
+    def tile_loops(self, st, axes, ci, ri, mr, nr, order):
+        """Split the column axis ``axes[ci]`` by ``nr`` and the row axis ``axes[ri]`` by ``mr``;
+        returns ``(outer loops in order, [row inner, column inner])``."""
+        outer, inner = [], []
+        jo, ji = st.split(axes[ci], factor=nr)
+        io = ii = None
+        if ri is not None and mr > 1:
+            io, ii = st.split(axes[ri], factor=mr)
+        for n, a in enumerate(axes):
+            if n == ci:
+                outer.append(jo)
+            elif n == ri and io is not None:
+                outer.append(io)
+            else:
+                outer.append(a)
+        if order == "ji" and io is not None:
+            a, b = outer.index(io), outer.index(jo)
+            if a < b:
+                outer[a], outer[b] = jo, io
+        inner = ([ii] if ii is not None else []) + [ji]
+        return outer, inner
+
+    def host(self, op):
+        """The elementwise consumer that computes ``op``'s register tiles inside its own loops
+        (bias, activation), or ``op`` itself."""
+        from ..ops._common import same_dim
+        g = self.g
+        if g.is_output(op):
+            return op
+        users = g.consumers(op)
+        if len(users) != 1:
+            return op
+        u = users[0]
+        if g.kind(u) != "injective" or id(u) in self.done or len(u.outputs) != 1 or \
+                len(u.shape) != len(op.shape) or \
+                not all(same_dim(x, y) for x, y in zip(u.shape, op.shape)) or \
+                self.kept.get(id(u)) is not None:
+            return op
+        if id(u) in self.inlined:
+            # the tile is attached to a stage that reads the anchor directly: this first
+            # consumer is stored (and hosts the tile) while later ones stay inlined
+            self.s[u].compute_root()
+            self.inlined.discard(id(u))
+        return u
+
+    # 4 -----------------------------------------------------------------------------------------
+    def rfactor(self, op):
+        s = self.s
+        lab = self.label[id(op)]
+        self.done.add(id(op))
+        if not op.reduce_axis or not self.k(f"{lab}.rfactor", True, [False]):
+            return
+        k = op.reduce_axis[-1]
+        chunk = 2048
+        st = s[op]
+        ko, _ = st.split(k, factor=chunk)
+        try:
+            rf = s.rfactor(op.output(0), ko)
+        except ScheduleError:
+            return
+        rst = s[rf]
+        maybe_parallel(rst, rf.op.axis[0], None)
+
+    # 5 -----------------------------------------------------------------------------------------
+    def stencils(self):
+        s, g = self.s, self.g
+        for op in g.ops:
+            if self.kept.get(id(op)) != "stencil":
+                continue
+            c = self.consumers(op)
+            if len(c) != 1 or id(c[0]) in self.done or g.kind(c[0]) != "injective" or \
+                    id(c[0]) in self.inlined:
+                continue
+            c = c[0]
+            T = s[c]
+            lanes = self.lanes(c)
+            axes = list(c.axis)
+            rows = model.row_block(const_int(axes[0].end), 16) if len(axes) > 1 else 64 * lanes
+            rb = self.k(f"{self.label[id(op)]}.tile_rows", rows, [8, 32, 4])
+            if len(axes) > 1:
+                split_vector(T, axes[-1], lanes)
+            ro, ri = T.split(axes[0], factor=rb)
+            if len(axes) == 1:
+                split_vector(T, ri, lanes)
+            s[op].compute_at(T, ro)
+            maybe_parallel(T, ro, numel(c.shape))
+            if len(op.axis) > 1:
+                split_vector(s[op], op.axis[-1], lanes)
+            self.done.update((id(op), id(c)))
+
+    # 6 -----------------------------------------------------------------------------------------
+    def fallback(self):
+        for st in list(self.s.stages):
+            op = st.op
+            if not isinstance(op, ComputeOp) or st.attach_type != "root" or st.relations or \
+                    st.attrs or id(st.origin_op) in self.inlined:
+                continue
+            if id(st.origin_op) in self.done and st.origin_op is op:
+                continue
+            lanes = self.m.lanes(op.output(0).dtype)
+            if id(st.origin_op) in self.g.scan_ids:
+                self.fallback_scan(st, lanes)
+            elif op.is_reduction:
+                self.fallback_reduction(st, lanes)
+            elif op.tag == "auto_pack" or self.g.is_layout_copy(st.origin_op):
+                self.fallback_pack(st, lanes)
+            else:
+                injective(st, lanes)
+
+    def fallback_reduction(self, st, lanes):
+        """Parallel outer output loops; the last output axis inside the reduction loops and
+        vectorized (every reduction loop carries the dependence, the output axes do not)."""
+        op = st.op
+        axes, red = list(op.axis), list(op.reduce_axis)
+        if not axes:
+            return
+        work = numel(op.shape)
+        if len(axes) == 1 and ext(st, axes[0]) is not None and ext(st, axes[0]) <= 64:
+            maybe_parallel(st, axes[0], work)
+            return
+        st.reorder(*axes[:-1], *red, axes[-1])
+        o, i = split_vector(st, axes[-1], lanes)
+        if o is not None:
+            st.reorder(*axes[:-1], o, *red, i)
+        outer = fuse_outer(st, axes[:-1]) if len(axes) > 1 else [o]
+        maybe_parallel(st, outer[0], work)
+
+    def fallback_pack(self, st, lanes):
+        """A packed layout copy: the panel rows vectorized, the panels in parallel."""
+        axes = list(st.op.axis)
+        if len(axes) < 2:
+            injective(st, lanes)
+            return
+        split_vector(st, axes[-1], lanes * 2)
+        outer = fuse_outer(st, axes[:-2])
+        maybe_parallel(st, outer[0], numel(st.op.shape))
+
+    def fallback_scan(self, st, lanes):
+        """Init / update stages of a scan: the last axis vectorized (the scan loop, the first
+        axis, carries the recurrence and stays sequential)."""
+        op = st.op
+        if len(op.axis) >= 2 and not op.is_reduction:
+            split_vector(st, op.axis[-1], lanes)
+
+
+def _vars(e):
+    from ..ir import expr as E
+    from ..ir.functor import free_vars
+    if e is None or not isinstance(e, E.Expr):
+        return set()
+    return set(free_vars(e))
+
+
+def _panel_hint(loads, var):
+    """The panel width of an operand already packed by the definition (``T[j // w, .., j % w]``
+    with ``j`` the column axis): the register tile takes that width."""
+    from ..ir import expr as E
+    for ld in loads:
+        for idx in ld.indices:
+            if type(idx) is E.Binary and idx.op in ("floordiv", "floormod") and \
+                    type(idx.b) is E.Const and type(idx.a) in (E.Var, E.IterVar):
+                a = idx.a.var if type(idx.a) is E.IterVar else idx.a
+                if a is var:
+                    return int(idx.b.value)
+    return None
+
+
+def _work(op):
+    n = numel(op.shape)
+    r = 1
+    for iv in op.reduce_axis:
+        e = const_int(iv.end)
+        if e is None or n is None:
+            return None
+        r *= e
+    return n * r
+
+
+def is_scan(op):
+    return isinstance(op, ScanOp)
