@@ -36,8 +36,6 @@ FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 1
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {
-    (3, 46): "lower leaks loop variable i: rfactor of a cache_write stage of a triangular "
-             "reduction (the rectangular-bounds check is bypassed)",
     (9, 1349): "slow: lower takes ~50 s (isl dataflow in check_order ~40 s, AST ~11 s) for a "
                "cache_read attached in a producer attached in a split(nparts) consumer",
 }

@@ -165,14 +165,20 @@ def _map_rel(rel, ivmap):
 
 def _carry_schedule(src, dst, ivmap, rels, leaves):
     """Give ``dst`` the relations ``rels`` of ``src`` (iterators renamed by ``ivmap``), the loop
-    order ``leaves`` and the annotations of those loops; derived loops keep their identity."""
+    order ``leaves`` and the annotations of those loops; derived loops keep their identity.
+
+    A derived loop's extent may name root iterators of ``src`` (``ceil((i + 1) / 4)`` for the
+    outer part of a triangular reduce loop ``k < i + 1``): it is rewritten in ``dst``'s roots,
+    or later checks and rewrites would see a variable of another stage (a leak at ``lower``)."""
+    vsub = {old.var: new.var for old, new in ivmap.items()}
     for rel in rels:
         new = _map_rel(rel, ivmap)
         dst.relations.append(new)
         for old, iv in zip(_rel_ivs(rel), _rel_ivs(new)):
             if iv not in dst.all_iter_vars:
                 dst.all_iter_vars.append(iv)
-                dst.extents[iv] = src.extents.get(old)
+                e = src.extents.get(old)
+                dst.extents[iv] = substitute(e, vsub) if e is not None else None
             if old in src.deferred:
                 dst.deferred.add(iv)
     inverse = {v: k for k, v in ivmap.items()}
@@ -313,6 +319,88 @@ def _rfactor_leaf_order(st, axis, fa, factor_axis, ivmap):
     return data + [ivmap[v] for v in leaves[first_red:] if v is not axis]
 
 
+def _span(e, box):
+    """Expressions ``(lo, hi)`` bounding the integer expression ``e`` (inclusive) when every
+    variable ``v`` in ``box`` ranges over ``box[v]`` (other variables are sizes, kept as they
+    are); None when ``e`` is not built from sums, constant multiples, ``//`` by a positive
+    constant, ``min`` and ``max`` (an over-approximation when a variable appears twice)."""
+    t = type(e)
+    if t is E.Const:
+        return (e, e)
+    if t is E.Var:
+        return box.get(e, (e, e))
+    if t is E.IterVar:
+        return _span(e.var, box)
+    if t is E.Cast:
+        return _span(e.value, box)
+    if t is not E.Binary:
+        return None
+    a = _span(e.a, box)
+    b = _span(e.b, box) if a is not None else None
+    if b is None:
+        return None
+    op = e.op
+    if op == "add":
+        return (E.binary("add", a[0], b[0]), E.binary("add", a[1], b[1]))
+    if op == "sub":
+        return (E.binary("sub", a[0], b[1]), E.binary("sub", a[1], b[0]))
+    if op in ("min", "max"):
+        return (E.binary(op, a[0], b[0]), E.binary(op, a[1], b[1]))
+    if op == "mul" and (isinstance(e.a, E.Const) or isinstance(e.b, E.Const)):
+        c, x = (e.a, b) if isinstance(e.a, E.Const) else (e.b, a)
+        lo, hi = (E.binary("mul", x[0], c), E.binary("mul", x[1], c))
+        return (lo, hi) if c.value >= 0 else (hi, lo)
+    if op == "floordiv" and isinstance(e.b, E.Const) and e.b.value > 0:
+        return (E.binary("floordiv", a[0], e.b), E.binary("floordiv", a[1], e.b))
+    return None
+
+
+def _root_box(st, what):
+    """``Var -> (lo, hi)`` of every root iterator of ``st`` over the whole iteration space
+    (sizes stay symbolic): a reduce bound may use the output axes (``k < i + 1``)."""
+    box = {}
+    for r in st.root_iter_vars:
+        lo, hi = _span(r.begin, box), _span(E.binary("sub", r.end, 1), box)
+        if lo is None or hi is None:
+            raise ScheduleError(
+                f"{what}: the range of {r.name} [{r.begin}, {r.end}) is not affine in the "
+                "output axes and sizes, so the factored tensor has no size; rfactor needs "
+                "affine reduce bounds")
+        box[r.var] = (simplify(lo[0]), simplify(hi[1]))
+    return box
+
+
+def _loop_size(st, v, box, what):
+    """A size for loop ``v`` in a tensor: its largest trip count over the iteration space
+    (``ceil(n / 4)`` for the outer part of ``k < i + 1``, ``i < n``, split by 4)."""
+    e = st.extent(v)
+    sp = _span(e, box) if e is not None else None
+    size = simplify(sp[1]) if sp is not None else None
+    roots = {r.var for r in st.root_iter_vars}
+    if size is None or any(x in roots for x in free_vars(size)):
+        raise ScheduleError(
+            f"{what}: loop {v.name} has extent {e if e is not None else 'that varies'}, which "
+            "has no largest value expressible in the sizes; rfactor needs affine reduce "
+            "bounds")
+    if isinstance(size, E.Const) and size.value < 0:
+        size = E.Const(0, "int32")
+    return size
+
+
+def _resolve(sub, order):
+    """Substitute ``sub`` into its own values until no variable of ``order`` is left (a reduce
+    bound naming another reduce axis)."""
+    for _ in order:
+        changed = False
+        for r in order:
+            if r.var in sub:
+                v = substitute(sub[r.var], sub)
+                changed |= v is not sub[r.var]
+                sub[r.var] = v
+        if not changed:
+            break
+
+
 def rfactor(s, tensor, axis, factor_axis=0):
     """Factor the reduction of ``tensor`` over ``axis``: returns ``BF`` with
     ``BF[..., axis, ...] = reduce over the other reduction loops``; ``tensor`` then reduces
@@ -321,6 +409,12 @@ def rfactor(s, tensor, axis, factor_axis=0):
     ``BF`` keeps every bound of the split/fuse chain that made ``axis`` (a non-dividing split
     nested in another one included), and the schedule already given to the data-parallel loops
     of ``s[tensor]`` moves to ``BF`` with the computation.
+
+    Affine reduce bounds (``k < i + 1``, ``i <= k < n``, ``where=k <= i``) are factored too:
+    ``BF``'s loops get the largest trip count over the output axes (``BF`` is a rectangular
+    tensor), every original bound becomes a condition of ``BF``'s reduction (``ko * 4 + ki <=
+    i``), and an element whose reduction is empty holds the combiner's identity, which the
+    final reduction then combines harmlessly.
     """
     what = f"rfactor({getattr(tensor, 'name', tensor)}, {getattr(axis, 'name', axis)})"
     st = _stage_of(s, tensor, what)
@@ -339,14 +433,8 @@ def rfactor(s, tensor, axis, factor_axis=0):
                             f"got {factor_axis!r}")
     red = op.body[0]
     leaves = [v for v in st.leaf_iter_vars if v.kind == "reduce"]
-    axis_vars = {a.var for a in op.axis}
-    ext = {}
-    for v in leaves:
-        e = st.extent(v)
-        if e is None or any(x in axis_vars for x in free_vars(e)):
-            raise ScheduleError(f"{what}: loop {v.name} has an extent that varies with the "
-                                "output axes; rfactor needs rectangular reduction loops")
-        ext[v] = e
+    box = _root_box(st, what)
+    ext = {v: _loop_size(st, v, box, what) for v in leaves}
     for v in st.deferred:
         if v.kind == "reduce":
             _iv_values(st, what)        # raises: a fuse of symbolic reduction extents
@@ -360,27 +448,27 @@ def rfactor(s, tensor, axis, factor_axis=0):
     leafsub.update({a.var: f.var for a, f in zip(op.axis, fresh_axis)})
     vals = _iv_values(st, what)
     sub = {a.var: f.var for a, f in zip(op.axis, fresh_axis)}
+    for r in op.reduce_axis:
+        # a root's value from the new loops (an unsplit root: its loop counts from 0)
+        v = vals[r] if r not in st.leaf_iter_vars else E.binary("add", r.var, r.begin)
+        sub[r.var] = simplify(substitute(v, leafsub))
+    _resolve(sub, op.reduce_axis)
     conds = []
+    for r in op.reduce_axis:
+        # every root bound holds exactly: the new loops run over the largest trip counts
+        conds.append(E.compare("ge", sub[r.var], substitute(r.begin, sub)))
+        conds.append(E.compare("lt", sub[r.var], substitute(r.end, sub)))
     for r in st.all_iter_vars:
-        if r.kind != "reduce" or r in st.leaf_iter_vars:
-            continue
-        e = substitute(vals[r], leafsub)
-        if r in op.reduce_axis:
-            sub[r.var] = e
-            if r.begin is not None:
-                conds.append(E.compare("ge", e, substitute(r.begin, sub)))
-                conds.append(E.compare("lt", e, substitute(r.end, sub)))
-        elif not _implied(st, r):
+        if r.kind == "reduce" and r not in st.leaf_iter_vars and r not in op.reduce_axis \
+                and not _implied(st, r):
             # an inner split's parent: its tail bound is a constraint of its own
-            conds.append(E.compare("lt", e, st.extent(r)))
-    for r in op.reduce_axis:        # an unsplit root: the new loop counts from 0
-        if r in st.leaf_iter_vars:
-            sub[r.var] = simplify(E.binary("add", substitute(r.var, leafsub),
-                                           substitute(r.begin, sub)))
+            conds.append(E.compare("lt", substitute(vals[r], leafsub),
+                                   substitute(st.extent(r), sub)))
     src = [substitute(x, sub) for x in red.source]
     where = substitute(red.where, sub) if red.where is not None else None
+    ranges = {nv.var: (0, _const_or_none(nv.end, -1)) for nv in [fa, *others.values()]}
     for c in conds:
-        c = simplify(c)
+        c = simplify(c, ranges)
         if not (isinstance(c, E.Const) and c.value):
             where = c if where is None else E.logical("and", where, c)
     axes = list(fresh_axis)
@@ -390,7 +478,7 @@ def rfactor(s, tensor, axis, factor_axis=0):
         body = E.Reduce(red.combiner, src, list(others.values()), where, 0)
     else:
         ident = red.combiner.identity_exprs([src[0].dtype])[0]
-        body = src[0] if where is None else E.select(where, src[0], ident)
+        body = src[0] if where is None else E.if_then_else(where, src[0], ident)
     bop = ComputeOp(_fresh_name(s, f"{op.name}.rf", f"{op.name}.rf"), "rfactor", axes, [body],
                     shape)
     from .schedule import Stage
@@ -410,6 +498,11 @@ def rfactor(s, tensor, axis, factor_axis=0):
     _reset_stage(st, _same_axes_op(op, [new_red]))
     _follow_attachments(s, st, bst, ivmap)
     return bop.outputs[0]
+
+
+def _const_or_none(e, add=0):
+    e = simplify(e)
+    return int(e.value) + add if isinstance(e, E.Const) else None
 
 
 __all__ = ["cache_read", "cache_write", "rfactor"]
