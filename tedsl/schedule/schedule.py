@@ -10,6 +10,7 @@ from ..ir.simplify import simplify
 from ..te import graph
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, ScanOp, Tensor
 from .relations import Fuse, IterAttr, Split
+from .trace import Trace, recorded
 
 HOOKS = {}
 
@@ -114,6 +115,7 @@ class Stage:
         self.leaf_iter_vars[pos:pos + 1] = new
 
     # -- loop transformations -------------------------------------------------------------
+    @recorded
     def split(self, parent, factor=None, nparts=None):
         """Split ``parent`` into ``(outer, inner)``: ``parent = outer * factor + inner``.
 
@@ -192,6 +194,7 @@ class Stage:
         else:     # unroll (and its pragma): the whole loop was unrolled, so are both parts
             self.attrs[outer] = self.attrs[inner] = attr
 
+    @recorded
     def tile(self, x_parent, y_parent, x_factor, y_factor):
         """Split two loops and order them ``(x.outer, y.outer, x.inner, y.inner)``."""
         xo, xi = self.split(x_parent, factor=x_factor)
@@ -199,6 +202,7 @@ class Stage:
         self.reorder(xo, yo, xi, yi)
         return xo, yo, xi, yi
 
+    @recorded
     def fuse(self, *args):
         """Fuse consecutive loops (outermost first) into one; returns the fused loop."""
         if len(args) == 1 and isinstance(args[0], (list, tuple)):
@@ -273,6 +277,7 @@ class Stage:
                 f"then annotate the fused loop (or split it and annotate a part)")
         return attrs[0]
 
+    @recorded
     def reorder(self, *args):
         """New loop order for the named loops; loops not named keep their place."""
         if len(args) == 1 and isinstance(args[0], (list, tuple)):
@@ -326,6 +331,7 @@ class Stage:
                                 f"{hint}")
         return c
 
+    @recorded
     def unroll(self, iv):
         """Fully unroll a loop of constant extent."""
         what = f"unroll({getattr(iv, 'name', iv)})"
@@ -335,6 +341,7 @@ class Stage:
                          "factor and unroll the inner loop")
         self._annotate(iv, "unroll", what)
 
+    @recorded
     def vectorize(self, iv):
         """Run a loop of constant extent as SIMD lanes."""
         what = f"vectorize({getattr(iv, 'name', iv)})"
@@ -344,11 +351,13 @@ class Stage:
                          "factor=16) and vectorize the inner loop")
         self._annotate_checked(iv, "vectorize", what)
 
+    @recorded
     def parallel(self, iv):
         """Run a loop's iterations on several threads."""
         what = f"parallel({getattr(iv, 'name', iv)})"
         self._annotate_checked(iv, "parallel", what)
 
+    @recorded
     def bind(self, iv, thread_ivar):
         """Map a loop to a CUDA grid/block dimension (``thread_axis("blockIdx.x")``)."""
         tag = getattr(thread_ivar, "thread_tag", None)
@@ -359,6 +368,7 @@ class Stage:
 
     PRAGMAS = ("unroll_explicit",)
 
+    @recorded
     def pragma(self, iv, name, value=None):
         """Attach a hint to a loop.  Supported: ``"unroll_explicit"`` (unroll the loop fully,
         as ``unroll``).  Any other name is refused: a hint that has no effect is not kept."""
@@ -378,6 +388,7 @@ class Stage:
         self.attrs[iv] = IterAttr(old.kind, old.thread_tag, old.pragmas + ((name, value),))
 
     # -- attachment -----------------------------------------------------------------------
+    @recorded
     def compute_inline(self):
         """Substitute this stage's expression into its consumers (no loops, no buffer)."""
         self._check_compute("compute_inline()")
@@ -400,12 +411,14 @@ class Stage:
         self.attach_type = "inline"
         self.attach_stage = self.attach_ivar = None
 
+    @recorded
     def compute_root(self):
         """Compute this stage in its own loop nest at the top level (undoes compute_at/inline)."""
         self._check_compute("compute_root()")
         self.attach_type = "root"
         self.attach_stage = self.attach_ivar = None
 
+    @recorded
     def compute_at(self, parent, iv):
         """Compute this stage inside ``parent``'s loop ``iv``, the region needed there only."""
         what = f"compute_at(s[{getattr(parent, 'name', parent)}], {getattr(iv, 'name', iv)})"
@@ -427,11 +440,13 @@ class Stage:
         self.attach_stage = parent
         self.attach_ivar = iv
 
+    @recorded
     def set_scope(self, scope):
         if scope not in ("global", "shared", "local"):
             raise ScheduleError(f"set_scope on stage {self.name}: unknown scope {scope!r}")
         self.scope = scope
 
+    @recorded
     def storage_align(self, axis, factor, offset):
         """Pad the row pitch of this stage's buffer at dimension ``axis`` to ``k*factor+offset``."""
         what = f"storage_align({getattr(axis, 'name', axis)}, {factor}, {offset})"
@@ -493,6 +508,8 @@ class Schedule:
         for op in self.outputs:
             self.stage_map[op].is_output = True
         self.groups = []
+        self.trace = Trace()          # the primitive calls that made this schedule
+        self._trace_depth = 0
 
     def storage_current(self, t):
         """The tensor of the stage's current operation for a user tensor ``t``."""
@@ -535,14 +552,17 @@ class Schedule:
         return hook(self, stage) if hook is not None else []
 
     # -- schedule-level primitives live in schedule/cache.py ------------------------------
+    @recorded
     def cache_read(self, tensor, scope, readers):
         from .cache import cache_read
         return cache_read(self, tensor, scope, readers)
 
+    @recorded
     def cache_write(self, tensor, scope):
         from .cache import cache_write
         return cache_write(self, tensor, scope)
 
+    @recorded
     def rfactor(self, tensor, axis, factor_axis=0):
         from .cache import rfactor
         return rfactor(self, tensor, axis, factor_axis)
