@@ -10,8 +10,8 @@ applies other choices (the search of ``tedsl.tune.auto`` walks this space).
 
 Every schedule is lowered once before it is returned, so a rule that meets a limit of the
 compiler falls back to the plain rules (inlining and the parallel + vectorized fallback) instead
-of handing back a schedule that does not build; with explicit ``params`` the failure is raised
-(a search records it).
+of handing back a schedule that does not build; with ``params`` given (even ``{}``) the failure
+is raised instead (a search records it).
 """
 from ..errors import ScheduleError, TargetUnavailableError, TedslError
 from ..te.tensor import PlaceholderOp, Tensor
@@ -102,7 +102,7 @@ def auto_schedule(outs, target="llvm", *, params=None):
     try:
         _check(s, g, outs)
     except TedslError as err:
-        if params:
+        if params is not None:
             raise ScheduleError(f"auto_schedule: the choices {params} give a schedule that does "
                                 f"not lower: {err}") from err
         s, g, _ = _sketch(outs, tgt, None, plain=True)

@@ -489,12 +489,12 @@ class Sketch:
 
     def host(self, op):
         """The elementwise consumer that computes ``op``'s register tiles inside its own loops
-        (bias, activation), or ``op`` itself."""
+        (bias, activation: stages in between are inlined), or ``op`` itself."""
         from ..ops._common import same_dim
         g = self.g
         if g.is_output(op):
             return op
-        users = g.consumers(op)
+        users = self.consumers(op)
         if len(users) != 1:
             return op
         u = users[0]
@@ -503,11 +503,6 @@ class Sketch:
                 not all(same_dim(x, y) for x, y in zip(u.shape, op.shape)) or \
                 self.kept.get(id(u)) is not None:
             return op
-        if id(u) in self.inlined:
-            # the tile is attached to a stage that reads the anchor directly: this first
-            # consumer is stored (and hosts the tile) while later ones stay inlined
-            self.s[u].compute_root()
-            self.inlined.discard(id(u))
         return u
 
     # 4 -----------------------------------------------------------------------------------------

@@ -1,0 +1,267 @@
+"""te.auto_schedule: schedules from the compute definition alone, checked against numpy.
+
+GEMM (odd, packed, symbolic sizes), dense + bias + relu fused, conv2d, softmax, layer_norm,
+pooling, a stencil, a triangular reduction, a scan, two outputs, a dot product (rfactor) and
+random elementwise/reduction definitions; every value of every knob of ``sketch_space`` on a
+small case; what the rules decided (packing, fusion, inlining) read off the lowered program.
+"""
+import numpy as np
+import pytest
+
+import tedsl as te
+from tedsl import ops
+from tedsl.auto import auto_schedule, sketch_space
+from conftest import build, check_kernel, rand
+
+
+def gemm(m, n, k_, transpose_b=False):
+    A = te.placeholder((m, k_), name="A")
+    B = te.placeholder((n, k_) if transpose_b else (k_, n), name="B")
+    k = te.reduce_axis((0, k_), name="k")
+    if transpose_b:
+        C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    else:
+        C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+def ref_mm(a, b):
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 29, 51), (64, 96, 40), (1, 17, 9)])
+def test_gemm_odd_sizes(rng, m, n, k):
+    A, B, C = gemm(m, n, k)
+    s = auto_schedule(C, params={})
+    a, b = rand(rng, (m, k)), rand(rng, (k, n))
+    check_kernel(s, [A, B, C], [a, b], ref_mm(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_packs_the_strided_operand_and_tiles_in_registers(rng):
+    A, B, C = gemm(96, 80, 64)
+    text = str(te.lower(auto_schedule(C, params={}), [A, B, C]))
+    assert "B_pack" in text and "C.local" in text and "parallel" in text
+    assert "vectorized" in text and "unrolled" in text
+    A, B, C = gemm(48, 40, 24, transpose_b=True)       # dense: B's columns strided by K
+    s = auto_schedule(C, params={})
+    assert "B_pack" in str(te.lower(s, [A, B, C]))
+    a, b = rand(rng, (48, 24)), rand(rng, (40, 24))
+    check_kernel(s, [A, B, C], [a, b], ref_mm(a, b.T), rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_symbolic_sizes_one_schedule_every_shape(rng):
+    m, n, k = te.var("m"), te.var("n"), te.var("k")
+    A, B, C = gemm(m, n, k)
+    s = auto_schedule(C, params={})
+    mod = build(s, [A, B, C])
+    for shape in [(1, 1, 1), (5, 33, 7), (40, 17, 64)]:
+        a, b = rand(rng, shape[0::2]), rand(rng, shape[2:0:-1])
+        check_kernel(s, [A, B, C], [a, b], ref_mm(a, b), rtol=1e-4, atol=1e-4, mod=mod)
+
+
+def test_dense_bias_relu_fused_into_the_tile(rng):
+    X = te.placeholder((24, 40), name="X")
+    W = te.placeholder((56, 40), name="W")
+    bias = te.placeholder((56,), name="bias")
+    k = te.reduce_axis((0, 40), name="k")
+    D = te.compute((24, 56), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name="D")
+    Bi = te.compute((24, 56), lambda i, j: D[i, j] + bias[j], name="Bi")
+    R = te.compute((24, 56), lambda i, j: te.max(Bi[i, j], te.const(0.0)), name="R")
+    s = auto_schedule(R, params={})
+    text = str(te.lower(s, [X, W, bias, R]))
+    assert "D.local" not in text and "allocate(float32[24, 56]" not in text
+    assert "max(D[" in text         # bias and relu applied to the register tile
+    x, w, b = rand(rng, (24, 40)), rand(rng, (56, 40)), rand(rng, (56,))
+    ref = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+    check_kernel(s, [X, W, bias, R], [x, w, b], ref.astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_nchw_and_relu(rng):
+    X = te.placeholder((1, 8, 12, 12), name="X")
+    Wt = te.placeholder((16, 8, 3, 3), name="W")
+    Y = ops.relu(ops.conv2d_nchw(X, Wt, padding=1))
+    s = auto_schedule(Y, params={})
+    x, w = rand(rng, (1, 8, 12, 12)), rand(rng, (16, 8, 3, 3))
+    import numpy.lib.stride_tricks as st
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = st.sliding_window_view(xp, (3, 3), axis=(2, 3))        # n c y x ry rx
+    ref = np.maximum(np.einsum("ncyxab,fcab->nfyx", win, w.astype(np.float64)), 0)
+    check_kernel(s, [X, Wt, Y], [x, w], ref.astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def _softmax_ref(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("cols", [64, 37])
+def test_softmax_rows(rng, cols):
+    X = te.placeholder((9, cols), name="X")
+    Y = ops.softmax(X)
+    s = auto_schedule(Y, params={})
+    text = str(te.lower(s, [X, Y]))
+    assert "parallel" in text or "vectorized" in text
+    x = rand(rng, (9, cols))
+    check_kernel(s, [X, Y], [x], _softmax_ref(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+def test_layer_norm_symbolic(rng):
+    n, d = te.var("n"), te.var("d")
+    X = te.placeholder((n, d), name="X")
+    g = te.placeholder((d,), name="g")
+    b = te.placeholder((d,), name="b")
+    Y = ops.layer_norm(X, g, b)
+    s = auto_schedule(Y, params={})
+    mod = build(s, [X, g, b, Y])
+    for shape in [(3, 5), (8, 67)]:
+        x, gg, bb = rand(rng, shape), rand(rng, shape[1:]), rand(rng, shape[1:])
+        x64 = x.astype(np.float64)
+        mu = x64.mean(-1, keepdims=True)
+        ref = (x64 - mu) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * gg + bb
+        check_kernel(s, [X, g, b, Y], [x, gg, bb], ref, rtol=1e-4, atol=1e-5, mod=mod)
+
+
+def test_max_pool(rng):
+    X = te.placeholder((2, 3, 10, 10), name="X")
+    Y = ops.max_pool2d(X, 2)
+    s = auto_schedule(Y, params={})
+    x = rand(rng, (2, 3, 10, 10))
+    check_kernel(s, [X, Y], [x], x.reshape(2, 3, 5, 2, 5, 2).max(axis=(3, 5)))
+
+
+def test_stencil_producer_attached_to_consumer_rows(rng):
+    n = 40
+    A = te.placeholder((n, n), name="A")
+    Bx = te.compute((n, n - 2), lambda i, j: A[i, j] + A[i, j + 1] * 2.0 + A[i, j + 2], name="Bx")
+    By = te.compute((n - 2, n - 2), lambda i, j: Bx[i, j] + Bx[i + 1, j] * 2.0 + Bx[i + 2, j],
+                    name="By")
+    s = auto_schedule(By, params={})
+    assert "Bx.inline" in sketch_space(By)
+    text = str(te.lower(s, [A, By]))
+    assert "allocate(float32[18, 38]" in text      # a 16-row tile plus the halo, per tile
+    a = rand(rng, (n, n)).astype(np.float64)
+    bx = a[:, :-2] + 2 * a[:, 1:-1] + a[:, 2:]
+    check_kernel(s, [A, By], [a.astype(np.float32)], bx[:-2] + 2 * bx[1:-1] + bx[2:],
+                 rtol=1e-5, atol=1e-5)
+
+
+def test_triangular_reduction(rng):
+    n = 33
+    L = te.placeholder((n, n), name="L")
+    B = te.placeholder((n, 20), name="B")
+
+    def tri(i, j):
+        k = te.reduce_axis((0, i + 1), name="k")
+        return te.sum(L[i, k] * B[k, j], axis=k)
+    C = te.compute((n, 20), tri, name="C")
+    s = auto_schedule(C, params={})
+    lv, bv = rand(rng, (n, n)), rand(rng, (n, 20))
+    ref = np.tril(lv.astype(np.float64)) @ bv.astype(np.float64)
+    check_kernel(s, [L, B, C], [lv, bv], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_scan_cumsum(rng):
+    m, n = te.var("m"), te.var("n")
+    X = te.placeholder((m, n), name="X")
+    state = te.placeholder((m, n), name="state")
+    init = te.compute((1, n), lambda _, i: X[0, i], name="init")
+    update = te.compute((m, n), lambda t, i: state[t - 1, i] + X[t, i], name="update")
+    scan = te.scan(init, update, state, inputs=[X], name="cumsum")
+    s = auto_schedule(scan, params={})
+    mod = build(s, [X, scan])
+    for shape in [(1, 3), (17, 40)]:
+        x = rand(rng, shape)
+        check_kernel(s, [X, scan], [x], np.cumsum(x.astype(np.float64), axis=0), rtol=1e-5,
+                     mod=mod)
+
+
+def test_two_outputs(rng):
+    A = te.placeholder((30, 50), name="A")
+    T = te.compute((30, 50), lambda i, j: A[i, j] * 3.0, name="T")
+    k = te.reduce_axis((0, 50), name="k")
+    S = te.compute((30,), lambda i: te.sum(T[i, k], axis=k), name="S")
+    U = te.compute((30, 50), lambda i, j: T[i, j] - S[i], name="U")
+    s = auto_schedule([S, U], params={})
+    a = rand(rng, (30, 50)).astype(np.float64)
+    sref = (3 * a).sum(1)
+    check_kernel(s, [A, S, U], [a.astype(np.float32)], [sref, 3 * a - sref[:, None]],
+                 rtol=1e-5, atol=1e-4)
+
+
+def test_dot_product_rfactor(rng):
+    n = 50000
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    D = te.compute((1,), lambda _: te.sum(A[k] * B[k], axis=k), name="D")
+    s = auto_schedule(D, params={})
+    assert "D.rf" in str(te.lower(s, [A, B, D]))
+    a, b = rand(rng, (n,)), rand(rng, (n,))
+    check_kernel(s, [A, B, D], [a, b], [np.array([np.dot(a.astype(np.float64), b)])], rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_definitions(seed):
+    """Chains of elementwise stages and reductions over random axes, random sizes (the rules
+    must not need the plain fallback: ``params={}`` raises where a rule fails)."""
+    r = np.random.default_rng(seed)
+    m, n = int(r.integers(3, 40)), int(r.integers(3, 40))
+    X = te.placeholder((m, n), name="X")
+    x = r.random((m, n), dtype=np.float32) + 0.5
+    cur, ref = X, x.astype(np.float64)
+    for step in range(3):
+        kind = r.integers(0, 3)
+        if kind == 0:
+            c = float(r.integers(1, 4))
+            cur = te.compute((m, n), lambda i, j, t=cur, c=c: t[i, j] * c + 1.0, name=f"e{step}")
+            ref = ref * c + 1.0
+        elif kind == 1:
+            k = te.reduce_axis((0, n), name="k")
+            s_ = te.compute((m,), lambda i, t=cur, k=k: te.sum(t[i, k], axis=k), name=f"r{step}")
+            cur = te.compute((m, n), lambda i, j, t=cur, s_=s_: t[i, j] / s_[i], name=f"d{step}")
+            ref = ref / ref.sum(1, keepdims=True)
+        else:
+            k = te.reduce_axis((0, m), name="k")
+            s_ = te.compute((n,), lambda j, t=cur, k=k: te.max(t[k, j], axis=k), name=f"c{step}")
+            cur = te.compute((m, n), lambda i, j, t=cur, s_=s_: t[i, j] - s_[j], name=f"s{step}")
+            ref = ref - ref.max(0, keepdims=True)
+    s = auto_schedule(cur, params={})
+    check_kernel(s, [X, cur], [x], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_every_knob_value_builds_and_is_correct(rng):
+    A, B, C = gemm(10, 40, 6)
+    a, b = rand(rng, (10, 6)), rand(rng, (6, 40))
+    space = sketch_space(C)
+    assert {"C.tile_rows", "C.tile_cols", "C.unroll_k", "C.order"} <= set(space)
+    assert list(space) and all(len(v) >= 2 for v in space.values())
+    mod = build(auto_schedule(C, params={}), [A, B, C])
+    check_kernel(None, [A, B, C], [a, b], ref_mm(a, b), rtol=1e-4, atol=1e-4, mod=mod)
+    for name, values in space.items():
+        for v in values[1:]:
+            s = auto_schedule(C, params={name: v})
+            check_kernel(s, [A, B, C], [a, b], ref_mm(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_every_knob_value_rows_and_stencil(rng):
+    X = te.placeholder((6, 40), name="X")
+    Y = ops.softmax(X)
+    x = rand(rng, (6, 40))
+    for name, values in sketch_space(Y).items():
+        for v in values[1:]:
+            s = auto_schedule(Y, params={name: v})
+            check_kernel(s, [X, Y], [x], _softmax_ref(x.astype(np.float64)), rtol=1e-5,
+                         atol=1e-6)
+
+
+def test_refusals():
+    A, B, C = gemm(8, 8, 8)
+    with pytest.raises(te.ScheduleError, match="unknown knob"):
+        auto_schedule(C, params={"nope": 1})
+    assert sketch_space(C)["C.order"][0] in ("ij", "ji")
+    with pytest.raises(te.ScheduleError, match="cannot be"):
+        auto_schedule(C, params={"C.order": "zz"})
+    with pytest.raises(te.TargetUnavailableError, match="CPU targets"):
+        auto_schedule(C, target="cuda")
+    with pytest.raises(te.ScheduleError, match="expected an output tensor"):
+        auto_schedule("C")
