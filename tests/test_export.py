@@ -35,7 +35,8 @@ def test_export_and_load_round_trip(tmp_path, rng):
     with pytest.raises(te.ShapeError, match="B"):
         g(np.ones(4, np.float32), np.ones(5, np.float32))
     header = (tmp_path / "axpb.h").read_text()
-    assert "int32_t axpb(uint64_t *slots);" in header and "float32[n]" in header
+    assert "int32_t axpb_packed(uint64_t *slots);" in header and "float32[n]" in header
+    assert "int32_t axpb(const float *A, float *B, int64_t n);" in header
 
 
 @needs_cc
@@ -46,7 +47,7 @@ def test_exported_library_called_from_c(tmp_path):
         '#include <stdio.h>\n#include "axpb.h"\n'
         "int main(void) { float a[40], b[40]; for (int i = 0; i < 40; i++) { a[i] = i * 0.5f;"
         " b[i] = -1; } uint64_t slots[3] = {(uint64_t)a, (uint64_t)b, 40};"
-        " int rc = axpb(slots); double s = 0; for (int i = 0; i < 40; i++) s += b[i];"
+        " int rc = axpb_packed(slots); double s = 0; for (int i = 0; i < 40; i++) s += b[i];"
         ' printf("%d %.1f\\n", rc, s); return rc; }\n')
     exe = tmp_path / "main"
     r = subprocess.run(["cc", "-o", str(exe), str(src), f"-I{tmp_path}", f"-L{tmp_path}",

@@ -8,11 +8,19 @@ import warnings
 
 import numpy as np
 
-from ..errors import BoundsError, OutOfMemoryError, TedslError
+from ..errors import (ArgumentError, BoundsError, CudaError, OutOfMemoryError, ShapeError,
+                      TargetUnavailableError, TedslError)
 
 STATUS = {2: (OutOfMemoryError, "out of memory while allocating a temporary buffer"),
           3: (BoundsError, "a data-dependent index is out of bounds (the outputs were left "
-                           "untouched)")}
+                           "untouched)"),
+          4: (ArgumentError, "wrong number of arguments"),
+          5: (ArgumentError, "an argument has the wrong dtype, device or layout"),
+          6: (ShapeError, "an argument's shape does not match, or a size is out of range"),
+          7: (ArgumentError, "an output shares memory with another argument"),
+          8: (TargetUnavailableError, "no CUDA driver (libcuda.so.1 could not be loaded) or no "
+                                      "CUDA device"),
+          9: (CudaError, "a CUDA driver call failed (loading the PTX or launching)")}
 
 
 def raise_status(name, rc):

@@ -10,7 +10,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import ArgumentError, CudaError, ShapeError, TargetUnavailableError, TedslError
+from ..errors import ArgumentError, CudaError, ShapeError, TargetUnavailableError
 from ..ir import dtype as dt
 from ..ir.simplify import simplify
 from ..codegen import cuda as cuda_codegen
@@ -208,9 +208,10 @@ class CudaModule:
         return src
 
     def export_library(self, path):
-        """Not supported: CUDA modules cannot be exported as a shared library."""
-        raise TedslError("export_library is not supported for cuda modules; build for "
-                         "target 'llvm' to export a shared library")
+        """Write a shared library (the PTX and a host launcher that loads the CUDA driver at
+        run time) and its C header; see :func:`tedsl.export_library`."""
+        from .export import export_library
+        return export_library(path, [self])
 
     # -- loading and launching ----------------------------------------------------------------
     def _functions(self, ordinal):

@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 from tedsl.errors import ArgumentError
 
-DLPACK_CDEF = """
+# DLPack's DLTensor (also written into the header of exported libraries)
+DLTENSOR_CDEF = """\
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
 typedef struct {
@@ -42,6 +43,8 @@ typedef struct {
     int64_t *strides;
     uint64_t byte_offset;
 } DLTensor;
+"""
+DLPACK_CDEF = DLTENSOR_CDEF + """\
 typedef struct DLManagedTensor {
     DLTensor dl_tensor;
     void *manager_ctx;

@@ -1,87 +1,194 @@
-"""``Module.export_library``: a shared library with a C ABI, its signature and a C header.
+"""``export_library`` and ``Library``: compiled kernels as one shared library with a C header.
 
-The library exports ``int32_t NAME(uint64_t *slots)`` (one 64-bit slot per argument: the data
-pointer of an array, or a scalar's bits (doubles for floats); then one slot per size
-variable), ``int32_t NAME_num_threads`` and ``NAME_tedsl_signature`` (the JSON signature that
-``tedsl.load_module`` reads back).  Linking uses the system C compiler driver (``cc``).
+``te.export_library("kernels.so", [matmul, relu])`` (or ``te.Library([...]).export(path)``)
+writes ``kernels.so`` and ``kernels.h``.  Each kernel ``NAME`` exports a typed entry
+``NAME(const float *A, ..., int64_t n)``, the packed ``NAME_packed(uint64_t *slots)`` and the
+DLPack entry ``NAME_dl(DLTensor **args, int32_t nargs)`` (see :mod:`tedsl.runtime.export_c`);
+CPU kernels also ``NAME_num_threads``.  The library carries its kernels' signatures, so
+``tedsl.load_module`` calls them from Python again.  CPU kernels are LLVM object code; CUDA
+kernels are their PTX (and CUBIN) with a host launcher that loads the CUDA driver at run time
+(:mod:`tedsl.runtime.export_cuda`), so the library links and loads without CUDA.
+
+Exporting needs a C compiler driver (``cc``, or ``$CC``): it compiles the entry points and links
+the shared library.
 """
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
 from ..errors import ArgumentError, CompileError
-from .module import signature_json
+from . import export_c
 
 
-def _c_string(text):
-    out = []
-    for ch in text.encode():
-        if 32 <= ch < 127 and ch not in (34, 92):
-            out.append(chr(ch))
+DEFAULT_NAME = "main"     # te.build's default name: exported under the library's name
+
+
+def index_symbol(lib_name):
+    """The symbol holding a library's JSON index (its kernels' signatures)."""
+    return "tedsl_library_" + re.sub(r"[^A-Za-z0-9_]", "_", lib_name)
+
+
+class Library:
+    """Several compiled kernels exported together as one shared library.
+
+    >>> lib = te.Library([matmul, relu])        # doctest: +SKIP
+    >>> lib.add(softmax)                         # doctest: +SKIP
+    >>> lib.export("kernels.so")                 # kernels.so and kernels.h
+    """
+
+    def __init__(self, modules=()):
+        self.modules = []
+        if not isinstance(modules, (list, tuple)):
+            modules = [modules]
+        for m in modules:
+            self.add(m)
+
+    def add(self, module):
+        """Add a module built by ``te.build`` (CPU or CUDA); returns the library."""
+        if not hasattr(module, "signature") or not hasattr(module, "export_library"):
+            raise ArgumentError(f"Library.add: expected a module built by te.build, got "
+                                f"{type(module).__name__}")
+        name = module.signature["name"]
+        if name != DEFAULT_NAME:
+            export_c.check_kernel_name(name)
+        for m in self.modules:
+            other = m.signature["name"]
+            if other == name:
+                raise ArgumentError(f"Library.add: two kernels are named {name!r}; build one "
+                                    "with another name=")
+            for a, b in ((name, other), (other, name)):
+                if a in (b + "_packed", b + "_dl", b + "_num_threads") or \
+                        a.startswith(b + "_cuda"):
+                    raise ArgumentError(f"Library.add: kernel {a!r} would clash with the entry "
+                                        f"points of kernel {b!r}; rename one")
+        self.modules.append(module)
+        return self
+
+    @property
+    def kernels(self):
+        """The names of the kernels, in order."""
+        return [m.signature["name"] for m in self.modules]
+
+    def __len__(self):
+        return len(self.modules)
+
+    def export(self, path):
+        """Write ``path`` (``.so``) and its header (``.h``) next to it; returns ``path``."""
+        return _export(self.modules, path)
+
+    export_library = export
+
+    def __repr__(self):
+        return f"Library({', '.join(self.kernels)})"
+
+
+def export_library(path, modules):
+    """Export ``modules`` (one module or a list) into the shared library ``path``.
+
+    Writes ``path`` and the C/C++ header ``path`` with ``.h``; returns ``path``.
+    """
+    if hasattr(path, "signature") and not hasattr(modules, "signature"):
+        path, modules = modules, path          # the older export_library(module, path) order
+    return Library(modules).export(path)
+
+
+def _compiler():
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or \
+        shutil.which("clang")
+    if cc is None:
+        raise CompileError("export_library needs a C compiler driver (cc, gcc or clang) on the "
+                           "PATH to compile the entry points and link the shared library; set "
+                           "CC to one")
+    return cc
+
+
+def _run(cmd, what):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise CompileError(f"export_library: {what} failed ({' '.join(cmd)}):\n{r.stderr}",
+                           r.stderr)
+
+
+def _export(modules, path):
+    if not modules:
+        raise ArgumentError("export_library: no kernels to export")
+    path = os.fspath(path)
+    if not path.endswith(".so"):
+        raise ArgumentError(f"export_library: {path!r} must end with .so (a shared library)")
+    lib_name = os.path.basename(path)[:-3]
+    if not lib_name:
+        raise ArgumentError(f"export_library: {path!r} needs a file name before .so")
+    cc = _compiler()
+    entries, parts = [], []
+    for m in modules:
+        sig = m.signature
+        if sig["name"] == DEFAULT_NAME:
+            sig = dict(sig, name=re.sub(r"[^A-Za-z0-9_]", "_", lib_name))
+            export_c.check_kernel_name(sig["name"])
+            if any(s["name"] == sig["name"] for s, _ in entries) or \
+                    any(o.signature["name"] == sig["name"] for o in modules):
+                raise ArgumentError(f"export_library: a kernel built without name= takes the "
+                                    f"library's name {sig['name']!r}, which another kernel has; "
+                                    "build it with name=")
+        if hasattr(m, "_compiled"):
+            from .export_cuda import cuda_part
+            parts.append(("c", cuda_part(m, sig["name"], lib_name)))
+            entries.append((sig, "cuda"))
         else:
-            out.append(f"\\{ch:02X}")
-    return "".join(out)
+            parts.append(("o", _cpu_object(m, sig["name"])))
+            entries.append((sig, "cpu"))
+    head = export_c.header(lib_name, entries)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, f"{lib_name}.h"), "w") as f:
+            f.write(head)
+        files, libs = [], set()
+        for k, (kind, data) in enumerate(parts + [("c", export_c.shim(
+                lib_name, entries, index_symbol(lib_name)))]):
+            if kind == "o":
+                obj, needs = data
+                libs |= needs
+                name = os.path.join(d, f"part{k}.o")
+                with open(name, "wb") as f:
+                    f.write(obj)
+            else:
+                name = os.path.join(d, f"part{k}.c")
+                with open(name, "w") as f:
+                    f.write(data)
+                _run([cc, "-std=c99", "-O2", "-fPIC", "-c", name, "-o", name[:-2] + ".o",
+                      f"-I{d}"], "compiling the entry points")
+                name = name[:-2] + ".o"
+            files.append(name)
+        if any(kind == "c" and "dlopen" in data for kind, data in parts):
+            libs.add("-ldl")
+        _run([cc, "-shared", "-fPIC", "-o", path] + files + sorted(libs), "linking")
+    with open(path[:-3] + ".h", "w") as f:
+        f.write(head)
+    return path
 
 
-def _header(sig):
-    lines = [f"/* {sig['name']}: a kernel compiled by tedsl. */", "#pragma once",
-             "#include <stdint.h>", "", "/* Arguments, one 64-bit slot each, in this order:"]
-    for p in sig["params"]:
-        if p["kind"] == "buffer":
-            dims = ", ".join(str(d) if not isinstance(d, dict) else "expr" for d in p["shape"])
-            rw = "written" if p.get("written") else "read"
-            lines.append(f" *   {p['name']}: pointer to C-contiguous {p['dtype']}[{dims}] ({rw})")
-        else:
-            lines.append(f" *   {p['name']}: {p['dtype']} scalar (floats as double bits)")
-    for v in sig["size_vars"]:
-        lines.append(f" *   {v}: int64 size")
-    lines += [" * Returns 0 on success, 2 when a temporary allocation fails, 3 when a",
-              " * data-dependent index is out of bounds. */",
-              f"int32_t {sig['name']}(uint64_t *slots);",
-              f"extern int32_t {sig['name']}_num_threads;  /* 0: OpenMP's default */", ""]
-    if sig.get("num_threads"):
-        lines[-2:-1] = [lines[-2], f"/* {sig['name']}_num_threads starts at {sig['num_threads']} "
-                        "(the target's -num-threads). */"]
-    return "\n".join(lines)
-
-
-def export_library(module, path):
-    """Write ``path`` (a ``.so``) and ``path`` with ``.h`` next to it; returns ``path``."""
+def _cpu_object(module, name):
+    """The LLVM object code of a CPU module: ``name``'s packed entry ``NAME_packed`` and
+    ``NAME_num_threads`` are exported, every other function and global is internal."""
     from ..codegen import llvm as llvm_codegen
     from ..codegen import target as target_mod
     from ..codegen.llvm_compile import emit_object
     func = getattr(module, "_func", None)
     if func is None:
-        raise ArgumentError("export_library: this module was not built by tedsl.build for the CPU")
-    path = os.fspath(path)
-    if not path.endswith(".so"):
-        raise ArgumentError(f"export_library: {path!r} must end with .so (a shared library)")
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        raise CompileError("export_library needs a C compiler driver (cc, gcc or clang) on the "
-                           "PATH to link the shared library; set CC to one")
+        raise ArgumentError(f"export_library: {module!r} was not built by tedsl.build (a module "
+                            "loaded from a library cannot be exported again)")
     tgt = module._target
     cpu, feats = target_mod.cpu_and_features(tgt)
     cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), None,
                                module.signature.get("num_threads", 0))
+    public = {cg.name: f"{name}_packed", f"{cg.name}_num_threads": f"{name}_num_threads"}
+    for g in list(cg.module.global_values):
+        if g.name in public:
+            if public[g.name] != g.name:
+                g.name = public[g.name]
+        elif not getattr(g, "is_declaration", False) and g.linkage == "":
+            g.linkage = "internal"
     text = llvm_codegen.module_text(cg, cpu, feats)
-    js = signature_json(module.signature)
-    n = len(js.encode()) + 1
-    text += (f'\n@"{cg.name}_tedsl_signature" = constant [{n} x i8] '
-             f'c"{_c_string(js)}\\00"\n')
-    obj = emit_object(text, tgt.mcpu, feats)
-    with tempfile.TemporaryDirectory() as d:
-        o = os.path.join(d, f"{cg.name}.o")
-        with open(o, "wb") as f:
-            f.write(obj)
-        cmd = [cc, "-shared", "-fPIC", "-o", path, o]
-        if "GOMP_parallel" in text:
-            cmd.append("-lgomp")
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise CompileError(f"export_library: linking failed ({' '.join(cmd)}):\n{r.stderr}",
-                               r.stderr)
-    with open(path[:-3] + ".h", "w") as f:
-        f.write(_header(module.signature))
-    return path
+    needs = {"-lgomp"} if "GOMP_parallel" in text else set()
+    return emit_object(text, tgt.mcpu, feats), needs

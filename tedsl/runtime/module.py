@@ -120,9 +120,21 @@ class Module:
         return run
 
     def export_library(self, path):
-        """Write a shared library (C ABI) and a C header next to it."""
+        """Write a shared library (C ABI) and a C header next to it; see
+        :func:`tedsl.export_library` to export several kernels together."""
         from .export import export_library
-        return export_library(self, path)
+        return export_library(path, [self])
+
+    @property
+    def kernels(self):
+        """The kernel names this module holds (one): as ``LoadedLibrary.kernels``."""
+        return [self.name]
+
+    def get_function(self, name):
+        """This module if ``name`` is its name (as ``LoadedLibrary.get_function``)."""
+        if name != self.name:
+            raise ArgumentError(f"this module holds the kernel {self.name!r}, not {name!r}")
+        return self
 
     def __repr__(self):
         params = ", ".join(p["name"] for p in self.signature["params"])
