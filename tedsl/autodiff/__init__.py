@@ -1,0 +1,17 @@
+"""Reverse-mode automatic differentiation of tensor programs: ``te.gradient``.
+
+``gradient(output, inputs, head=None)`` returns the adjoints of ``output`` with respect to
+``inputs`` as ordinary te computes (schedulable, buildable).  The adjoint of an affine read is
+computed in gather form: for each element of the read tensor, a reduction over exactly the
+statement instances that read it, derived by isl (``preimage``), with no atomics; a
+data-dependent read falls back to a serialized accumulation over the reader's whole domain.
+The stage names say which form was used (``_grad_gather_`` / ``_grad_scatter_serial_``), and
+so does ``te.lower``'s output, which names the buffers.
+
+Non-smooth points: ``te.max`` / ``te.min`` reductions pass the gradient to the first
+arg-extreme element (lexicographic order of the reduce axes), elementwise ``max(a, b)`` to
+``a`` when ``a >= b`` (``min``: ``a <= b``), ``abs`` has the subgradient 0 at 0.
+"""
+from .gradient import gradient
+
+__all__ = ["gradient"]

@@ -1,0 +1,259 @@
+"""``te.gradient``: reverse-mode accumulation of adjoints over the compute graph.
+
+The stages are visited consumers first.  When a stage is reached, every reader of its output
+has added its contribution, so the output's adjoint is complete: the sum of those
+contributions (one elementwise stage, or the one contribution itself).  Each reader stage then
+differentiates its body with respect to each group of reads of a tensor at one index (the two
+loads of ``X[i] * X[i]`` are one group) and turns the adjoint of that read into
+
+* a *term*: when every iterator of the reader is fixed by the read's index (elementwise reads,
+  padding, slicing), the term is an expression over the read tensor's axes, guarded by the
+  domain condition; all terms of a tensor are summed in its accumulation stage;
+* a *gather stage* (name ``<X>_grad_gather_<reader>``, tag ``gradient_gather``): a sum over the
+  reader's iterators the index leaves free, restricted exactly to the preimage of each element
+  (see ``preimage``); or, for a data-dependent index, ``<X>_grad_scatter_serial_<reader>``
+  (tag ``gradient_scatter_serial``): the same sum over the reader's whole domain with the
+  index equality as a guard.
+"""
+from ..errors import DefinitionError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir.functor import substitute
+from ..te.graph import post_order
+from ..te.operation import compute
+from ..te.reducer import sum as rsum
+from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
+from .derivative import add, derivative, mul
+from .preimage import plan_read
+from .reducers import ReductionWeight
+
+
+def _key(t):
+    return (id(t.op), t.value_index)
+
+
+class _Head:
+    """The adjoint of a stage's output: a tensor, or ones (``head=None`` at the output)."""
+
+    def __init__(self, tensor=None, dtype=None):
+        self.tensor, self.dtype = tensor, dtype
+
+    def load(self, idx):
+        if self.tensor is None:
+            return E.const(1, self.dtype)
+        return self.tensor[tuple(idx)]
+
+
+class _Adjoint:
+    """The contributions to one tensor's adjoint collected so far."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.terms = []       # (xvars, expression over xvars)
+        self.tensors = []     # gather stages over the tensor's shape
+        self.head = None      # the head given at the output
+        self.result = None    # the materialized adjoint, once complete
+
+
+def _skey(e):
+    """A structural key of an expression (variables by identity)."""
+    t = type(e)
+    if t is E.Var:
+        return ("v", id(e))
+    if t is E.Const:
+        return ("c", e.value, e.dtype)
+    if t is E.TensorLoad:
+        return ("L", id(e.tensor.op), e.tensor.value_index, tuple(_skey(i) for i in e.indices))
+    tag = getattr(e, "op", None) or getattr(e, "name", None)
+    return (t.__name__, tag, e.dtype, tuple(_skey(c) for c in e.children()))
+
+
+def _value_loads(e, conds, out):
+    """Loads whose value ``e`` depends on (not in conditions or indices), each with the
+    conditions of the ``if_then_else`` / ``select`` branches it sits in."""
+    t = type(e)
+    if t is E.TensorLoad:
+        out.append((e, conds))
+        return
+    if t in (E.Cmp, E.Not) or e.dtype == "bool":
+        return
+    if t in (E.Select, E.IfThenElse):
+        _value_loads(e.t, conds + (e.cond,), out)
+        _value_loads(e.f, conds + (E.Not(e.cond),), out)
+        return
+    for c in e.children():
+        _value_loads(c, conds, out)
+
+
+def _groups(e):
+    """``[(tensor, indices, load ids, common conditions)]`` of the value loads of ``e``."""
+    loads = []
+    _value_loads(e, (), loads)
+    groups = {}
+    for ld, conds in loads:
+        k = _skey(ld)
+        g = groups.get(k)
+        ck = {_skey(c): c for c in conds}
+        if g is None:
+            groups[k] = [ld.tensor, ld.indices, {id(ld)}, ck]
+        else:
+            g[2].add(id(ld))
+            g[3] = {kk: c for kk, c in g[3].items() if kk in ck}
+    return [(t, idx, ids, list(c.values())) for t, idx, ids, c in groups.values()]
+
+
+class _Namer:
+    def __init__(self):
+        self.used = set()
+
+    def __call__(self, base):
+        n, k = base, 1
+        while n in self.used:
+            k += 1
+            n = f"{base}{k}"
+        self.used.add(n)
+        return n
+
+
+def _gather_stage(X, xvars, plan, body, name, tag):
+    def fcompute(*axes):
+        vm = dict(zip(xvars, axes))
+        new = [E.IterVar(v, substitute(lo, vm), substitute(hi, vm), "reduce")
+               for v, lo, hi in plan.free]
+        where = substitute(plan.where, vm) if plan.where is not None else None
+        return rsum(substitute(body, vm), axis=new, where=where)
+    return compute(X.shape, fcompute, name=name, tag=tag)
+
+
+def _backprop(op, v, head, needed, adjoints, namer):
+    """Add the contributions of stage ``op``'s output ``v`` (adjoint ``head``) to the adjoints
+    of the tensors it reads."""
+    body = op.body[v]
+    w = guard = None
+    extra = []
+    if isinstance(body, E.Reduce):
+        rw = ReductionWeight(op, v, namer(f"{op.name}"))
+        src, w, guard, extra = body.source[0], rw.weight(), rw.guard(), rw.extra
+    else:
+        src = body
+    hd = head.load(tuple(a.var for a in op.axis))
+    for X, indices, ids, conds in _groups(src):
+        if _key(X) not in needed or not dt.is_float(X.dtype):
+            continue
+        xvars = [E.Var(f"x{k}", "int32") for k in range(X.ndim)]
+        plan = plan_read(op, indices, conds, X, xvars, extra)
+        if plan.empty:
+            continue
+        known = {_skey(c) for c in plan.absorbed}
+        d = derivative(src, lambda ld, ids=ids: id(ld) in ids, lambda c: _skey(c) in known)
+        if d is None:
+            continue
+        val = mul(mul(hd, w) if w is not None else hd, d)
+        where = plan.where
+        if guard is not None:
+            g = substitute(guard, plan.subst)
+            where = g if where is None else E.logical("and", where, g)
+        val = E.cast(substitute(val, plan.subst), X.dtype)
+        acc = adjoints.setdefault(_key(X), _Adjoint(X))
+        if not plan.free:
+            acc.terms.append((xvars, val if where is None else
+                              E.if_then_else(where, val, E.const(0, X.dtype))))
+            continue
+        name = namer(f"{X.name}_grad_{plan.form}_{op.name}")
+        acc.tensors.append(_gather_stage(X, xvars, plan, val, name, f"gradient_{plan.form}"))
+
+
+def _materialize(acc, X, namer):
+    """The adjoint of ``X`` as one tensor."""
+    if acc is not None and not acc.terms and len(acc.tensors) == 1 and acc.head is None:
+        return acc.tensors[0]
+
+    def fcompute(*axes):
+        out = None
+        if acc is not None:
+            if acc.head is not None:
+                out = add(out, acc.head.load(axes))
+            for xv, e in acc.terms:
+                out = add(out, substitute(e, dict(zip(xv, axes))))
+            for t in acc.tensors:
+                out = add(out, t[axes])
+        return E.cast(out if out is not None else E.const(0, X.dtype), X.dtype)
+    return compute(X.shape, fcompute, name=namer(f"{X.name}_grad"), tag="gradient")
+
+
+def _check(output, inputs, head):
+    if not isinstance(output, Tensor):
+        raise DefinitionError(f"te.gradient: output must be a tensor, got {output!r}")
+    if isinstance(inputs, Tensor):
+        inputs = [inputs]
+    inputs = list(inputs)
+    for t in inputs:
+        if not isinstance(t, Tensor):
+            raise DefinitionError(f"te.gradient: inputs must be tensors, got {t!r}")
+        if not dt.is_float(t.dtype):
+            raise DefinitionError(f"te.gradient: {t.name} has dtype {t.dtype}; gradients are "
+                                  "defined for float tensors only")
+    if not dt.is_float(output.dtype):
+        raise DefinitionError(f"te.gradient: the output {output.name} has dtype {output.dtype};"
+                              " differentiate a float output")
+    if head is not None:
+        if not isinstance(head, Tensor):
+            raise DefinitionError(f"te.gradient: head must be a tensor, got {head!r}")
+        same = len(head.shape) == len(output.shape) and all(
+            not (isinstance(a, E.Const) and isinstance(b, E.Const)) or a.value == b.value
+            for a, b in zip(head.shape, output.shape))
+        if not same or head.dtype != output.dtype:
+            raise DefinitionError(
+                f"te.gradient: head {head.name} {list(head.shape)} {head.dtype} must have the "
+                f"shape and dtype of the output {output.name} {list(output.shape)} "
+                f"{output.dtype}")
+    return inputs
+
+
+def gradient(output, inputs, head=None):
+    """Adjoints of ``output`` with respect to each tensor of ``inputs``, as te computes.
+
+    ``head`` is the adjoint of ``output`` (the incoming gradient, same shape and dtype); ones
+    when omitted, i.e. the result is the gradient of ``sum(output)``.  Returns one tensor per
+    input, of the input's shape and dtype, which can be scheduled and built like any compute
+    (build it with its inputs, the head and the tensors it reads as arguments).
+    """
+    inputs = _check(output, inputs, head)
+    ops = post_order([output])
+    want = {_key(t) for t in inputs}
+    needed = set()
+    for op in ops:
+        deps = any(_key(t) in needed for t in op.input_tensors())
+        for t in op.outputs:
+            if _key(t) in want or (deps and not isinstance(op, PlaceholderOp)):
+                needed.add(_key(t))
+    namer = _Namer()
+    adjoints = {}
+    top = _Adjoint(output)
+    top.head = _Head(head, output.dtype)
+    adjoints[_key(output)] = top
+    for op in reversed(ops):
+        if isinstance(op, PlaceholderOp) or not any(_key(t) in needed for t in op.outputs):
+            continue
+        if isinstance(op, ScanOp):
+            raise DefinitionError(f"te.gradient: {op.name} is a scan; gradients of scans are "
+                                  "not supported")
+        if not isinstance(op, ComputeOp):
+            raise DefinitionError(f"te.gradient: cannot differentiate {op.name} "
+                                  f"({type(op).__name__})")
+        for v, t in enumerate(op.outputs):
+            acc = adjoints.get(_key(t))
+            if acc is None or not dt.is_float(t.dtype):
+                continue
+            if acc.head is not None and not acc.terms and not acc.tensors:
+                head_v = acc.head
+            else:
+                acc.result = _materialize(acc, t, namer)
+                head_v = _Head(acc.result)
+            _backprop(op, v, head_v, needed, adjoints, namer)
+    out = []
+    for t in inputs:
+        acc = adjoints.get(_key(t))
+        res = acc.result if acc is not None else None
+        out.append(res if res is not None else _materialize(acc, t, namer))
+    return out
