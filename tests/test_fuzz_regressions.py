@@ -1,6 +1,7 @@
 """Regressions found by the schedule fuzzer, each checked against numpy on seeded random inputs
 with poisoned outputs."""
 import numpy as np
+import pytest
 
 import tedsl as te
 
@@ -118,3 +119,50 @@ def test_producer_attached_in_unrolled_split_reduction():
     a = _ints(rng, (11,))
     out = _run(s, [A, T2], [a], (1,))
     np.testing.assert_array_equal(out, [(a - 1).sum()])
+
+
+def _stencil_of_matmul():
+    n = te.var("n")
+    A = te.placeholder((17, 23), "int32", name="A")
+    B = te.placeholder((23, n), "int32", name="B")
+    k = te.reduce_axis((0, 23), name="k")
+    T1 = te.compute((17, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="T1")
+    T2 = te.compute((17, n), lambda i, j: te.if_then_else(j + 1 < n, T1[i, j + 1], 0) * 2,
+                    name="T2")
+    T3 = te.compute((17, n), lambda i, j: te.if_then_else(i >= 1, T2[i - 1, j], 0) * 3
+                    + te.if_then_else(j >= 1, T2[i, j - 1], 0) * 3, name="T3")
+    return A, B, T2, T3
+
+
+def _stencil_of_matmul_ref(a, b):
+    t1 = a.astype(np.int64) @ b
+    t2 = np.zeros_like(t1)
+    t2[:, :-1] = t1[:, 1:] * 2
+    t3 = np.zeros_like(t1)
+    t3[1:, :] += t2[:-1, :] * 3
+    t3[:, 1:] += t2[:, :-1] * 3
+    return t3
+
+
+@pytest.mark.parametrize("outer", ["serial", "parallel"])
+def test_attached_buffer_private_to_vector_lanes_and_threads_on_every_tail_path(outer):
+    """A producer attached at a vectorized inner loop whose tail path (j = 0, no loop emitted for
+    j) and full path both run it: each path allocates inside the vectorized loop, never one copy
+    above it shared by the lanes, nor above the parallel j loop shared by the threads (seed 101,
+    case 3701: 15 wrong elements)."""
+    A, B, T2, T3 = _stencil_of_matmul()
+    s = te.create_schedule([T3])
+    i, j = T3.op.axis
+    s[T3].vectorize(i)
+    s[T2].compute_at(s[T3], i)
+    s[T3].reorder(j, i)
+    if outer == "parallel":
+        s[T3].parallel(j)
+    text = str(te.lower(s, [A, B, T3]))
+    body = text.split("for i in vectorized", 1)[1]
+    assert "T2 = allocate" in body.split("\n", 2)[1], text
+    rng = np.random.default_rng(3701)
+    a, b = _ints(rng, (17, 23)), _ints(rng, (23, 19))
+    with pytest.warns(UserWarning, match="runs as scalar code"):
+        out = _run(s, [A, B, T3], [a, b], (17, 19))
+    np.testing.assert_array_equal(out, _stencil_of_matmul_ref(a, b))

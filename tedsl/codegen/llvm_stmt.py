@@ -147,9 +147,10 @@ class StmtEmitter(MemoryEmitter):
         if isinstance(size, E.Const) and size.value <= STACK_LIMIT:
             n = max(1, int(size.value) // dt.itemsize(buf.dtype))
             p = self.alloca(ir.ArrayType(st, n))
+            outer = self.bufptr.get(buf)
             self.bufptr[buf] = self._opaque(p)
             self.stmt(s.body)
-            del self.bufptr[buf]
+            self._unbind(buf, outer)
             return
         nbytes = self.expr(size)
         nbytes = self.b.select(self.b.icmp_signed("<", nbytes, ir.Constant(I64, 64)),
@@ -158,13 +159,21 @@ class StmtEmitter(MemoryEmitter):
         free = self._decl("free", ir.VoidType(), [PTR])
         p = self.b.call(malloc, [nbytes])
         self.fail_if(self.b.icmp_unsigned("==", p, ir.Constant(PTR, None)), 2)
+        outer = self.bufptr.get(buf)
         self.bufptr[buf] = p
         self.heap.append(p)
         self.stmt(s.body)
         self.heap.pop()
-        # out of scope: a later parallel region must not capture the freed pointer
-        del self.bufptr[buf]
+        self._unbind(buf, outer)
         self.b.call(free, [p])
+
+    def _unbind(self, buf, outer):
+        """End a buffer's scope.  Out of scope, a later parallel region must not capture the
+        pointer; an enclosing allocation of the same buffer, if any, is bound again."""
+        if outer is None:
+            del self.bufptr[buf]
+        else:
+            self.bufptr[buf] = outer
 
     def _s_For(self, s):
         if s.kind == "vectorized" and self.lanes == 1:

@@ -227,35 +227,56 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
     """The loop IR of the body of loop ``iv`` (None: the function's body) with attached buffers
     allocated here.
 
-    An attached buffer lives in the innermost emitted loop at or above its attach point (never
-    outside a parallel loop).  isl emits no loop for a dimension of one value, and a separated
-    tail tile may have such a dimension where the full tiles have a loop, so the rule is per
-    path: the buffer is allocated at the outermost loop of its chain where a child uses it under
-    no deeper loop of the chain, around every child that uses it there (also under deeper loops:
-    a separated path may produce under a loop its consumer's path lacks), and ``held`` (the
-    buffers allocated around this tree) keeps the deeper loops from allocating a second copy."""
+    An attached buffer lives in the innermost emitted loop at or above its attach point, so that
+    each iteration of the loops of its chain has its own copy (never one shared by the lanes of a
+    vectorized loop or the threads of a parallel one).  isl emits no loop for a dimension of one
+    value, and a separated tail tile may have such a dimension where the full tiles have a loop,
+    so the rule is per path.  A child that runs both producer and consumer instances under the
+    loops of the chain (or under a condition, looked into at this level) is self-contained: it
+    allocates its own copies deeper.  The other children that use the buffer share one copy
+    allocated here, around the span from the first to the last of them, which runs instances
+    under no deeper loop of the chain (a producer under a loop the consumer's path lacks must
+    write the copy the consumer reads); ``held``, the buffers allocated around a tree, keeps the
+    loops inside that span from allocating a second copy."""
     kids = _flat(tree)
-    spans = {}
+    spans, inside_if = {}, set()
     for b in bufs.at_loop.get(iv, []):
         if b in held:
             continue
         chain, stages = bufs.chains[b]
         if not any(_open(c, chain, stages) for c in kids):
             continue
-        used = [i for i, c in enumerate(kids) if _uses(c, stages)]
-        spans[b] = (used[0], used[-1] + 1)
-    groups = [([c], from_tree(c, bufs, ivenv, held | {b for b, (i, j) in spans.items()
-                                                          if i <= k < j}))
-              for k, c in enumerate(kids)]
+        shared = []
+        for k, c in enumerate(kids):
+            if not _uses(c, stages):
+                continue
+            if all(_uses(c, {st}) for st in stages):          # producer and consumer both
+                if not _open(c, chain, stages):
+                    continue
+                if type(c) is T.If:
+                    inside_if.add(k)
+                    continue
+            shared.append(k)
+        if shared:
+            spans[b] = (shared[0], shared[-1] + 1)
+    groups = []                                 # (first kid, end kid, statement)
+    for k, c in enumerate(kids):
+        inside = {b for b, (i, j) in spans.items() if i <= k < j}
+        if k in inside_if:
+            h = held | inside
+            stmt = N.IfThen(c.cond, _body(c.then, bufs, ivenv, iv, h),
+                            _body(c.else_, bufs, ivenv, iv, h) if c.else_ is not None else None)
+        else:
+            stmt = from_tree(c, bufs, ivenv, held | inside)
+        groups.append((k, k + 1, stmt))
     for b in reversed(bufs.at_loop.get(iv, [])):
-        if b not in spans:
-            continue
-        chain, stages = bufs.chains[b]
-        flags = [any(_uses(c, stages) for c in g[0]) for g in groups]
-        i, j = flags.index(True), len(flags) - flags[::-1].index(True)
-        merged = [c for g in groups[i:j] for c in g[0]]
-        groups[i:j] = [(merged, N.Allocate(b, N.seq([g[1] for g in groups[i:j]])))]
-    return N.seq([g[1] for g in groups])
+        if b in spans:
+            i, j = spans[b]
+            ins = [g for g in groups if g[0] < j and g[1] > i]
+            at = groups.index(ins[0])
+            merged = (ins[0][0], ins[-1][1], N.Allocate(b, N.seq([g[2] for g in ins])))
+            groups[at:at + len(ins)] = [merged]
+    return N.seq([g[2] for g in groups])
 
 
 def _flat(tree):
