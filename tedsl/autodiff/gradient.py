@@ -115,13 +115,13 @@ class _Namer:
         return n
 
 
-def _gather_stage(X, xvars, plan, body, name, tag):
+def _gather_stage(X, xvars, free, body, where, name, tag):
     def fcompute(*axes):
         vm = dict(zip(xvars, axes))
         new = [E.IterVar(v, substitute(lo, vm), substitute(hi, vm), "reduce")
-               for v, lo, hi in plan.free]
-        where = substitute(plan.where, vm) if plan.where is not None else None
-        return rsum(substitute(body, vm), axis=new, where=where)
+               for v, lo, hi in free]
+        return rsum(substitute(body, vm), axis=new,
+                    where=substitute(where, vm) if where is not None else None)
     return compute(X.shape, fcompute, name=name, tag=tag)
 
 
@@ -160,7 +160,8 @@ def _backprop(op, v, head, needed, adjoints, namer):
                               E.if_then_else(where, val, E.const(0, X.dtype))))
             continue
         name = namer(f"{X.name}_grad_{plan.form}_{op.name}")
-        acc.tensors.append(_gather_stage(X, xvars, plan, val, name, f"gradient_{plan.form}"))
+        acc.tensors.append(_gather_stage(X, xvars, plan.free, val, where, name,
+                                         f"gradient_{plan.form}"))
 
 
 def _materialize(acc, X, namer):
