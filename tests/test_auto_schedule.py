@@ -40,11 +40,11 @@ def test_gemm_odd_sizes(rng, m, n, k):
 def test_gemm_packs_the_strided_operand_and_tiles_in_registers(rng):
     A, B, C = gemm(96, 80, 64)
     text = str(te.lower(auto_schedule(C, params={}), [A, B, C]))
-    assert "B_pack" in text and "C.local" in text and "parallel" in text
+    assert "C_pack" in text and "C.local" in text and "parallel" in text
     assert "vectorized" in text and "unrolled" in text
     A, B, C = gemm(48, 40, 24, transpose_b=True)       # dense: B's columns strided by K
     s = auto_schedule(C, params={})
-    assert "B_pack" in str(te.lower(s, [A, B, C]))
+    assert "C_pack" in str(te.lower(s, [A, B, C]))
     a, b = rand(rng, (48, 24)), rand(rng, (40, 24))
     check_kernel(s, [A, B, C], [a, b], ref_mm(a, b.T), rtol=1e-4, atol=1e-4)
 
@@ -265,3 +265,16 @@ def test_refusals():
         auto_schedule(C, target="cuda")
     with pytest.raises(te.ScheduleError, match="expected an output tensor"):
         auto_schedule("C")
+
+
+def test_trace_replays_onto_a_fresh_definition(rng):
+    """The packing rewrite is recorded like a primitive: the trace rebuilds the schedule."""
+    from tedsl.schedule.trace import Trace
+    A, B, C = gemm(40, 48, 24)
+    s = auto_schedule(C, params={})
+    assert s.trace.complete
+    A2, B2, C2 = gemm(40, 48, 24)
+    s2 = Trace.from_json(s.trace.to_json()).apply([C2])
+    assert str(te.lower(s2, [A2, B2, C2])) == str(te.lower(s, [A, B, C]))
+    a, b = rand(rng, (40, 24)), rand(rng, (24, 48))
+    check_kernel(s2, [A2, B2, C2], [a, b], ref_mm(a, b), rtol=1e-4, atol=1e-4)

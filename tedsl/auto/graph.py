@@ -12,6 +12,8 @@ and the loads of each stage are summarised as affine index coefficients (``linea
 what the rules need to decide reuse (a load invariant in an axis is reused along it), contiguity
 (coefficient 1 in the last index) and stencils (one tensor read at several constant offsets).
 """
+import numbers
+
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.functor import walk
@@ -124,13 +126,29 @@ def has_call(op, names=TRANSCENDENTAL):
 
 
 def const_int(e):
+    """The integer value of ``e`` if it is a constant, else None."""
     from ..ir.simplify import simplify
-    if isinstance(e, int):
-        return e
-    e = simplify(E.as_expr(e))
-    if isinstance(e, E.Const) and dt.is_int(e.dtype):
-        return int(e.value)
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, numbers.Integral):
+        return int(e)
+    if isinstance(e, E.Expr):
+        e = simplify(e)
+        if isinstance(e, E.Const) and dt.is_int(e.dtype):
+            return int(e.value)
     return None
+
+
+def same_dim(a, b):
+    """Whether two sizes are provably equal (equal constants or the same expression)."""
+    from ..ir.simplify import simplify
+    ca, cb = const_int(a), const_int(b)
+    if ca is not None or cb is not None:
+        return ca == cb
+    if a is b:
+        return True
+    d = simplify(E.binary("sub", E.as_expr(a), E.as_expr(b)))
+    return isinstance(d, E.Const) and d.value == 0
 
 
 def numel(shape):

@@ -4,11 +4,13 @@
 ``T_pack[j // w, ..., j % w]``: a stage that copies ``T`` into panels of ``w`` columns, the
 other dimensions in between, so that the tile reads ``w`` contiguous elements for every value
 of the reduction, whatever ``T``'s stride along ``j`` (a transposed operand included).  The
-rewrite touches only this schedule (as ``cache_read`` does); the user's definitions stay.
+rewrite touches only this schedule (as ``cache_read`` does); the user's definitions stay, and
+the schedule's trace records it as a step (``schedule_rewrite``) so that it replays.
 """
 from ..ir import expr as E
 from ..schedule.cache import _fresh_name, _insert_stage, _reset_like, _same_axes_op
 from ..schedule.schedule import Stage
+from ..schedule.trace import schedule_rewrite
 from ..ir.functor import transform, walk
 from ..te.intrin import if_then_else
 from ..te.tensor import ComputeOp
@@ -29,6 +31,7 @@ def pack_dim(load, var):
     return dim
 
 
+@schedule_rewrite
 def pack_operand(s, stage, tensor, var, width):
     """Read ``tensor`` through a packed copy in ``stage`` (see the module docstring); returns
     the packed tensor."""
@@ -61,7 +64,7 @@ def pack_operand(s, stage, tensor, var, width):
     val = E.TensorLoad(tensor, idx)
     if size % width:
         val = if_then_else(j < size, val, E.const(0, tensor.dtype))
-    base = f"{tensor.name}_pack"
+    base = f"{stage.origin_op.name}_pack"
     pop = ComputeOp(_fresh_name(s, base, base), "auto_pack", axes, [val], pshape)
     pst = Stage(pop, s)
     _insert_stage(s, pst, stage)

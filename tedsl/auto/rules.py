@@ -25,7 +25,7 @@ the alternatives, all of which give legal schedules.
 from ..errors import ScheduleError
 from ..te.tensor import ComputeOp, ScanOp
 from . import model
-from .graph import const_int, has_call, numel
+from .graph import const_int, has_call, numel, same_dim
 from .pack import pack_dim, pack_operand
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
@@ -269,7 +269,6 @@ class Sketch:
         """``(a, members)``: the stages to compute inside ``out``'s first ``a`` (row) loops, or
         None.  Members are reductions over ``out``'s trailing axes whose shape is ``out``'s
         row shape, and kept expensive stages of ``out``'s shape, read only inside the group."""
-        from ..ops._common import same_dim
         g = self.g
         n = len(out.axis)
         members, todo, a = [], self.producers(out), None
@@ -490,7 +489,6 @@ class Sketch:
     def host(self, op):
         """The elementwise consumer that computes ``op``'s register tiles inside its own loops
         (bias, activation: stages in between are inlined), or ``op`` itself."""
-        from ..ops._common import same_dim
         g = self.g
         if g.is_output(op):
             return op

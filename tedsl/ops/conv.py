@@ -16,15 +16,10 @@ spatial sizes may be symbolic (``te.var``), the spatial ones with stride 1 only 
 output sizes affine in the input sizes).  The blocked schedules use the same splits then, with
 isl-derived tails, at a cost in build time.
 
-Default CPU schedules (a register tile via ``cache_write`` + ``compute_at`` inside the output's
-loops, or inside the loops of a fused elementwise consumer such as ``relu``):
-
-* NCHW: ``fb`` filters (unrolled) x ``xb`` output columns (vectorized), reduced over
-  (c, ry, rx) with rx unrolled; ``xb`` divides the output width where it can (tedsl runs the
-  tail of a vector loop as scalar code).
-* NHWC: ``xb`` output columns (unrolled) x ``fb`` filters (vectorized), the GEMM pattern over
-  (ry, rx, c) with c unrolled by a divisor of C.
-* depthwise: ``yb`` output rows (unrolled) x ``xb`` columns (vectorized) of one channel.
+The default CPU schedule is ``te.auto_schedule``'s tiling rule: the pad stage inlined, a
+register tile (rows along the axis whose loads reuse the vector operand: filters for NCHW,
+output columns for NHWC, output rows for depthwise; columns vectorized along the contiguous
+output axis) accumulated in a local buffer inside the output's (or a fused ``relu``'s) loops.
 """
 from ..errors import DefinitionError
 from ..ir import expr as E
@@ -163,114 +158,3 @@ def depthwise_conv2d_nchw(X, W, stride=1, padding=0, dilation=1, out_dtype=None,
                     E.cast(W[ci, m, ry, rx], od), axis=[ry, rx])
     oc = Ci if mult == 1 else C.simplify_dim(Ci * mult)
     return compute((N, oc, oh, ow), body, name=name, tag="depthwise_conv2d_nchw")
-
-
-# -- default schedules ----------------------------------------------------------------------------
-
-def _cache(s, op, host):
-    """``(T, cs, cop)``: the output stage to tile, the register-tile stage and its op."""
-    out = op.output(0)
-    if host is op:
-        cc = s.cache_write(out, "local")
-        return s[out], s[cc], cc.op
-    s[op].set_scope("local")
-    return s[host], s[op], op
-
-
-def _unroll_small(cs, iv, limit=8):
-    e = C.extent(cs, iv)
-    if e is not None and e <= limit:
-        cs.unroll(iv)
-
-
-def _blocks(tgt, lanes, vec_ext, row_ext):
-    """``(vector block, row block)`` of a register tile: vector width along the contiguous
-    axis, and as many unrolled rows as the accumulator registers allow."""
-    vb = C.vector_block(vec_ext, lanes)
-    regs = -(-vb // lanes)
-    return vb, C.row_block(row_ext, max(1, C.accumulators(tgt) // regs))
-
-
-@C.register("conv2d_nchw")
-def _schedule_conv2d_nchw(s, op, host, tgt):
-    """Register tile: ``fb`` filters (unrolled) x ``xb`` output columns (vector), accumulated
-    over (c, ry, rx); the pad stage is inlined."""
-    out = op.output(0)
-    lanes = C.vector_lanes(tgt, out.dtype)
-    T, cs, cop = _cache(s, op, host)
-    n, f, y, x = host.axis
-    xb, fb = _blocks(tgt, lanes, C.extent(T, x), C.extent(T, f))
-    fo, fi = T.split(f, factor=fb)
-    xo, xi = T.split(x, factor=xb)
-    T.reorder(n, fo, y, xo, fi, xi)
-    C.attach_tile(cs, T, [n, fo, y, xo], _work(op))
-    cn, cf, cy, cx = cop.axis
-    rc, ry, rx = cop.reduce_axis
-    cfo, cfi = cs.split(cf, factor=fb)
-    cxo, cxi = cs.split(cx, factor=xb)
-    cs.reorder(cn, cfo, cy, cxo, rc, ry, rx, cfi, cxi)
-    _unroll_small(cs, rx)
-    cs.unroll(cfi)
-    cs.vectorize(cxi)
-    T.vectorize(xi)
-
-
-@C.register("conv2d_nhwc")
-def _schedule_conv2d_nhwc(s, op, host, tgt):
-    """Register tile: ``xb`` output columns (unrolled) x ``fb`` filters (vector), accumulated
-    over (ry, rx, c) with c unrolled by a divisor of C (the GEMM pattern, without packing:
-    the HWIO weight rows are contiguous already)."""
-    out = op.output(0)
-    lanes = C.vector_lanes(tgt, out.dtype)
-    T, cs, cop = _cache(s, op, host)
-    n, y, x, f = host.axis
-    fb, xb = _blocks(tgt, lanes, C.extent(T, f), C.extent(T, x))
-    xo, fo, xi, fi = T.tile(x, f, xb, fb)
-    C.attach_tile(cs, T, [n, y, xo, fo], _work(op))
-    cn, cy, cx, cf = cop.axis
-    ry, rx, rc = cop.reduce_axis
-    cxo, cxi = cs.split(cx, factor=xb)
-    cfo, cfi = cs.split(cf, factor=fb)
-    ci = C.const_int(rc.end)
-    rco, rci = cs.split(rc, factor=next(f for f in (4, 3, 2, 1) if ci % f == 0)
-                        if ci is not None else 1)
-    cs.reorder(cn, cy, cxo, cfo, ry, rx, rco, rci, cxi, cfi)
-    if ci is not None:
-        cs.unroll(rci)
-    cs.unroll(cxi)
-    cs.vectorize(cfi)
-    T.vectorize(fi)
-
-
-@C.register("depthwise_conv2d_nchw")
-def _schedule_depthwise(s, op, host, tgt):
-    """Register tile: ``yb`` output rows (unrolled) x ``xb`` columns (vector) of one channel,
-    accumulated over the (unrolled) window."""
-    out = op.output(0)
-    lanes = C.vector_lanes(tgt, out.dtype)
-    T, cs, cop = _cache(s, op, host)
-    n, c, y, x = host.axis
-    xb = C.vector_block(C.extent(T, x), lanes)
-    yb = C.row_block(C.extent(T, y), 4 if xb > lanes else 8)
-    yo, xo, yi, xi = T.tile(y, x, yb, xb)
-    C.attach_tile(cs, T, [n, c, yo, xo], _work(op))
-    cn, cc, cy, cx = cop.axis
-    ry, rx = cop.reduce_axis
-    cyo, cyi = cs.split(cy, factor=yb)
-    cxo, cxi = cs.split(cx, factor=xb)
-    cs.reorder(cn, cc, cyo, cxo, ry, rx, cyi, cxi)
-    _unroll_small(cs, rx)
-    cs.unroll(cyi)
-    cs.vectorize(cxi)
-    T.vectorize(xi)
-
-
-def _work(op):
-    n = C.numel(op.shape)
-    r = 1
-    for iv in op.reduce_axis:
-        e = C.const_int(iv.end)
-        if e is None:
-            return None
-        r *= e
-    return None if n is None else n * r

@@ -8,8 +8,9 @@
   squared deviations); tags ``layer_norm_sum``, ``layer_norm_var`` and ``layer_norm``.
 
 Float dtypes only.  Sizes may be symbolic (``te.var``), the normalised axis included.
-The default schedule computes the row statistics inside the (parallel) loop over rows and
-vectorizes the contiguous axis.
+The default CPU schedule is ``te.auto_schedule``'s row rule: the row statistics (and the
+exponentials, computed once) inside the (parallel) loop over rows, each statistic vectorized
+over the contiguous axis by ``rfactor``.
 """
 from ..errors import DefinitionError
 from ..ir import expr as E
@@ -60,7 +61,6 @@ def softmax(X, axis=-1, name="softmax"):
         return _sum(ex[full(i, k)], axis=k)
     sm = _scalar_safe(red, sumbody, f"{name}_expsum", "softmax_expsum")
     out = compute(shape, lambda *i: ex[i] / _at(sm, drop(i)), name=name, tag="softmax")
-    out.op.ops_axis = a
     return out
 
 
@@ -125,59 +125,4 @@ def layer_norm(X, gamma=None, beta=None, eps=1e-5, name="layer_norm"):
             y = y + beta[j]
         return y
     out = compute(X.shape, obody, name=name, tag="layer_norm")
-    out.op.ops_axis = X.ndim - 1
     return out
-
-
-def _rows_stage(s, op, stats, a, tgt):
-    """Schedule the root stage ``op`` row by row (rows: its axes before ``a``): contiguous axis
-    vectorized, row statistics ``stats`` computed inside the innermost row loop, a row loop
-    parallel."""
-    T = s[op]
-    lanes = C.vector_lanes(tgt, op.output(0).dtype)
-    axes = list(op.axis)
-    C.split_vector(T, axes[-1], lanes)
-    at = C.attach_tile([s[p] for p in stats], T, axes[:a], C.numel(op.shape))
-    if at is None and a > 0:
-        C.maybe_parallel(T, axes[0], C.numel(op.shape))
-    for p in stats:
-        st = s[p]
-        pax = list(p.axis)
-        # the data axes after the reduced one (contiguous) go inside the reduction loop
-        inner = pax[a:] if len(pax) == len(axes) - 1 else []
-        if inner:
-            st.reorder(*pax[:a], *p.reduce_axis, *inner)
-            C.split_vector(st, inner[-1], lanes)
-        elif not p.reduce_axis and pax:        # an elementwise row stage: vectorized too
-            C.split_vector(st, pax[-1], lanes)
-
-
-def _producer(op, tag):
-    for t in op.input_tensors():
-        if t.op.tag == tag:
-            return t.op
-    return None
-
-
-@C.register("softmax", "layer_norm")
-def _schedule_rows(s, op, host, tgt):
-    """Row statistics inside the loop over rows, the contiguous axis vectorized.
-
-    softmax is TVM's schedule: the maximum, the exponentials and their sum are each computed
-    inside the output's (parallel) row loop, one row at a time (``compute_at`` of a stage read
-    by several stages is legal when all of them run inside the loop); layer_norm likewise
-    computes the row sum, then the variance, then the normalised row.
-    """
-    a = getattr(op, "ops_axis", len(op.axis) - 1)
-    if op.tag == "softmax":
-        ex = _producer(op, "softmax_exp")
-        es = _producer(op, "softmax_expsum")
-        mx = _producer(ex, "softmax_maxelem")
-        _rows_stage(s, op, [mx, ex, es], a, tgt)
-    else:
-        var = _producer(op, "layer_norm_var")
-        sm = _producer(op, "layer_norm_sum")
-        _rows_stage(s, op, [sm, var], a, tgt)
-
-
-_schedule_rows.no_host = True

@@ -99,27 +99,3 @@ def avg_pool2d(X, pool_size, stride=None, padding=0, count_include_pad=True, lay
         cw = count(i[wd] * st[1] - pl, E.as_expr(W), k[1])
         return S[i] / E.cast(ch * cw, X.dtype)
     return compute(shape, body2, name=name, tag="elemwise")
-
-
-@C.register("max_pool2d", "avg_pool2d")
-def _schedule_pool(s, op, host, tgt):
-    """Vector lanes along the innermost (contiguous) output axis, the window loops outside
-    them in a register tile, an outer axis parallel."""
-    from .conv import _cache
-    out = op.output(0)
-    lanes = C.vector_lanes(tgt, out.dtype)
-    T, cs, cop = _cache(s, op, host)
-    axes = list(host.axis)
-    last = axes[-1]
-    vb = C.vector_block(C.extent(T, last), lanes)
-    lo, li = T.split(last, factor=vb)
-    work = C.numel(op.shape)
-    if work is not None:
-        work *= C.const_int(op.reduce_axis[0].end) * C.const_int(op.reduce_axis[1].end)
-    C.attach_tile(cs, T, axes[:-1] + [lo], work)
-    caxes = list(cop.axis)
-    clo, cli = cs.split(caxes[-1], factor=vb)
-    ry, rx = cop.reduce_axis
-    cs.reorder(*caxes[:-1], clo, ry, rx, cli)
-    cs.vectorize(cli)
-    T.vectorize(li)
