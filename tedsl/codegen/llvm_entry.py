@@ -2,11 +2,21 @@
 
 * ``<name>(ptr slots) -> i32``: one 64-bit slot per argument (data pointer, or scalar bits:
   doubles for floats), then one per size variable;
-* ``<name>_pyentry(PyObject* a0, ...) -> i32``: the fast call path from numpy arrays; it reads
-  the arrays' headers, checks type, rank, dtype, flags, shapes and that no array the kernel
-  writes overlaps another argument, binds the sizes and calls the body (1 = a check failed: the
-  caller takes the slow path, which raises the precise error).
+* ``<name>_pyentry(PyObject* self, PyObject* const* args, Py_ssize_t nargs) -> PyObject*``:
+  the fast call path from numpy arrays and torch tensors, a ``METH_FASTCALL`` function.  It
+  reads the arrays' headers, checks the count, type, rank, dtype, flags,
+  shapes and that no array the kernel writes overlaps another argument, binds the sizes and
+  calls the body; ``torch.Tensor`` arguments are read through torch's DLPack exchange function
+  (``self`` holds it, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
+  kernel ran, else ``self`` (a check failed, or
+  the body returned an error status): the caller takes the slow path, which raises the precise
+  error.  Its references into the interpreter are ``PY_INCREF``, ``PY_NONE`` and
+  ``PY_ERR_CLEAR``, symbols the runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and the global
+  ``<name>_ndarray_type`` (``id(numpy.ndarray)``, set again by a module loaded from the kernel
+  cache).
 """
+import copy
+
 from llvmlite import ir
 
 from ..ir import dtype as dt
@@ -16,6 +26,11 @@ from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
 from .llvm_expr import F64, I8, I32, I64, PTR
+
+PY_INCREF = "tedsl_Py_IncRef"     # void Py_IncRef(PyObject *)
+PY_NONE = "tedsl_Py_None"         # the None object
+PY_ERR_CLEAR = "PyErr_Clear"      # the interpreter's own name: a linked library finds it too
+_DL_CODE = {"bool": 6, "bfloat16": 4}     # kDLBool, kDLBfloat; else kDLInt/kDLUInt/kDLFloat
 
 
 def written_buffers(func):
@@ -66,13 +81,18 @@ class EntryEmitter:
         abi = self.abi
         f = self.func
         written = set(written_buffers(f))
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(f.params)),
+        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64]),
                          name=f"{self.name}_pyentry")
+        incref = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=PY_INCREF)
+        none = ir.GlobalVariable(self.module, I8, name=PY_NONE)
         saved = (self.b, self.fn, self.vars)
         self.fn = fn
+        self_obj, argv, nargs = fn.args
         b = self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         fail_bb = fn.append_basic_block("slow")
-        ir.IRBuilder(fail_bb).ret(ir.Constant(I32, 1))
+        fb = ir.IRBuilder(fail_bb)
+        fb.call(incref, [self_obj])
+        fb.ret(self_obj)
 
         def at(base, off, ty):
             p = b.gep(base, [ir.Constant(I64, off)], source_etype=I8)
@@ -87,9 +107,26 @@ class EntryEmitter:
         deferred = []
         datas = []
         spans = []
-        for p, obj in zip(f.params, fn.args):
+        # ``self``: a ctypes array of two 64-bit cells, ``torch.Tensor`` and its DLPack exchange
+        # function ``int dltensor_from_py_object_no_sync(PyObject *, DLTensor *out)`` (0 until
+        # torch is used); the cells are at the array object's ``b_ptr`` (offset 16)
+        torch = at(self_obj, 16, PTR)
+        err_clear = ir.Function(self.module, ir.FunctionType(ir.VoidType(), []),
+                                name=PY_ERR_CLEAR)
+        dlts = [b.alloca(ir.ArrayType(I64, 6)) for _ in f.params]
+        # numpy's array type object lives at an address of this process: read it from a
+        # global, which a module loaded from the kernel cache sets for its own process
+        nd_type = ir.GlobalVariable(self.module, I64, name=f"{self.name}_ndarray_type")
+        nd_type.initializer = ir.Constant(I64, abi["ndarray_type"])
+        nd_type_value = b.load(nd_type, typ=I64)
+        check(b.icmp_signed("==", nargs, ir.Constant(I64, len(f.params))))
+        for k, p in enumerate(f.params):
+            obj = b.load(b.gep(argv, [ir.Constant(I64, k)], source_etype=PTR), typ=PTR)
             ty = at(obj, abi["ob_type"], I64)
-            check(b.icmp_unsigned("==", ty, ir.Constant(I64, abi["ndarray_type"])))
+            nd_bb, other_bb = fn.append_basic_block("ndarray"), fn.append_basic_block("other")
+            join_bb = fn.append_basic_block("join")
+            b.cbranch(b.icmp_unsigned("==", ty, nd_type_value), nd_bb, other_bb)
+            b.position_at_end(nd_bb)
             nd = at(obj, abi["nd"], I32)
             check(b.icmp_signed("==", nd, ir.Constant(I32, len(p.shape))))
             need = abi["C_CONTIGUOUS"] | abi["ALIGNED"] | (abi["WRITEABLE"] if p in written
@@ -102,7 +139,17 @@ class EntryEmitter:
             check(b.icmp_signed("==", tn, ir.Constant(I32, abi["type_nums"][p.dtype])))
             bo = at(descr, abi["byteorder"], I8)
             check(b.icmp_unsigned("!=", bo, ir.Constant(I8, ord(">"))))
-            dims = at(obj, abi["dims"], PTR)
+            from_nd = (at(obj, abi["data"], PTR), at(obj, abi["dims"], PTR), b.block)
+            b.branch(join_bb)
+            b.position_at_end(other_bb)
+            from_dl = self._torch_tensor(p, obj, ty, torch, dlts[k], err_clear, at, check,
+                                          fail_bb)
+            b.branch(join_bb)
+            b.position_at_end(join_bb)
+            data, dims = b.phi(PTR), b.phi(PTR)
+            for x, y, blk in (from_nd, from_dl):
+                data.add_incoming(x, blk)
+                dims.add_incoming(y, blk)
             nbytes = ir.Constant(I64, dt.itemsize(p.dtype))
             for d, s in enumerate(p.shape):
                 dv = b.load(b.gep(dims, [ir.Constant(I64, d)], source_etype=I64), typ=I64)
@@ -115,7 +162,7 @@ class EntryEmitter:
                     bound[s] = dv
                 else:
                     deferred.append((s, dv))
-            datas.append(at(obj, abi["data"], PTR))
+            datas.append(data)
             spans.append((p in written, b.ptrtoint(datas[-1], I64), nbytes))
         # an array the kernel writes that shares memory with another one breaks ``noalias``:
         # the slow path raises the error that names both
@@ -132,13 +179,61 @@ class EntryEmitter:
                      for v, x in bound.items()}
         for s, dv in deferred:
             if not all(v in bound for v in free_vars(s)):
-                b.ret(ir.Constant(I32, 1))
+                b.branch(fail_bb)
                 self.b, self.fn, self.vars = saved
                 return
             want = self.cast(self.expr(s), s.dtype, "int64")
             check(b.icmp_signed("==", dv, want))
         if any(v not in bound for v in f.size_vars):
-            b.ret(ir.Constant(I32, 1))
+            b.branch(fail_bb)
         else:
-            b.ret(b.call(body_fn, datas + [self.vars[v] for v in f.size_vars]))
+            rc = b.call(body_fn, datas + [self.vars[v] for v in f.size_vars])
+            check(b.icmp_signed("==", rc, ir.Constant(I32, 0)))
+            b.call(incref, [none])
+            b.ret(none)
         self.b, self.fn, self.vars = saved
+
+    def _torch_tensor(self, p, obj, ty, cells, dlt, err_clear, at, check, fail_bb):
+        """A ``torch.Tensor`` argument described by torch's DLPack exchange function (no
+        allocation): returns ``(data, shape pointer, block)`` after checking device, rank,
+        dtype, C-contiguity and alignment."""
+        b, fn = self.b, self.fn
+        cell = [at(cells, 0, I64), at(cells, 8, PTR)]
+        check(b.icmp_unsigned("==", ty, cell[0]))
+        callee = copy.copy(cell[1])      # llvmlite calls a pointer through its function type
+        callee.type = ir.FunctionType(I32, [PTR, PTR])
+        rc = b.call(callee, [obj, dlt])
+        ok, err = fn.append_basic_block("dl_ok"), fn.append_basic_block("dl_err")
+        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, err)
+        b.position_at_end(err)
+        b.call(err_clear, [])
+        b.branch(fail_bb)
+        b.position_at_end(ok)
+        check(b.icmp_signed("==", at(dlt, 8, I32), ir.Constant(I32, 1)))      # kDLCPU
+        nd = len(p.shape)
+        check(b.icmp_signed("==", at(dlt, 16, I32), ir.Constant(I32, nd)))
+        size = dt.itemsize(p.dtype)
+        code = _DL_CODE.get(p.dtype, 2 if dt.is_float(p.dtype) else
+                            1 if p.dtype.startswith("uint") else 0)
+        want = code | (8 * size) << 8 | 1 << 16                             # code, bits, lanes
+        check(b.icmp_unsigned("==", at(dlt, 20, I32), ir.Constant(I32, want)))
+        shape, strides = at(dlt, 24, PTR), at(dlt, 32, PTR)
+        data = b.gep(at(dlt, 0, PTR), [at(dlt, 40, I64)], source_etype=I8)
+        check(b.icmp_unsigned("==", b.urem(b.ptrtoint(data, I64), ir.Constant(I64, size)),
+                              ir.Constant(I64, 0)))
+        if nd:
+            walk, dense = fn.append_basic_block("strides"), fn.append_basic_block("dense")
+            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(strides, I64), ir.Constant(I64, 0)),
+                      dense, walk)
+            b.position_at_end(walk)
+            step, good = ir.Constant(I64, 1), ir.Constant(ir.IntType(1), 1)
+            for d in reversed(range(nd)):
+                n_d = b.load(b.gep(shape, [ir.Constant(I64, d)], source_etype=I64), typ=I64)
+                s_d = b.load(b.gep(strides, [ir.Constant(I64, d)], source_etype=I64), typ=I64)
+                good = b.and_(good, b.or_(b.icmp_signed("==", n_d, ir.Constant(I64, 1)),
+                                          b.icmp_signed("==", s_d, step)))
+                step = b.mul(step, n_d)
+            check(good)
+            b.branch(dense)
+            b.position_at_end(dense)
+        return data, shape, b.block

@@ -4,6 +4,7 @@ import ctypes.util
 import functools
 import os
 import struct
+import sys
 import warnings
 
 import numpy as np
@@ -67,6 +68,61 @@ def numpy_abi():
     return abi
 
 
+_TORCH_CELLS = (ctypes.c_uint64 * 2)()     # the ``self`` of every fast entry (llvm_entry)
+# the fast entry finds the cells at the ctypes object's data pointer (CDataObject.b_ptr)
+_CELLS_OK = ctypes.c_uint64.from_address(id(_TORCH_CELLS) + 16).value == \
+    ctypes.addressof(_TORCH_CELLS)
+
+
+def attach_torch():
+    """Let fast entries take ``torch.Tensor`` arguments once torch is imported: fill the
+    cells with ``torch.Tensor`` and its DLPack exchange function
+    (``__dlpack_c_exchange_api__``, DLPack >= 1.3).  True when the cells are filled."""
+    if _TORCH_CELLS[0]:
+        return True
+    torch = sys.modules.get("torch")
+    cap = getattr(getattr(torch, "Tensor", None), "__dlpack_c_exchange_api__", None)
+    if cap is None:
+        return False
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    try:
+        api = get(cap, b"dlpack_exchange_api")
+    except ValueError:
+        return False
+    # DLPackExchangeAPI: {version {major, minor}, prev_api}, allocator, from_py_object,
+    # to_py_object, dltensor_from_py_object_no_sync, current_work_stream
+    major = ctypes.c_uint32.from_address(api).value
+    fn = ctypes.c_uint64.from_address(api + 40).value if major == 1 else 0
+    if not fn:
+        return False
+    _TORCH_CELLS[1] = fn
+    _TORCH_CELLS[0] = id(torch.Tensor)
+    return True
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_FASTCALL = 0x0080
+_new_cfunction = ctypes.pythonapi.PyCFunction_NewEx
+_new_cfunction.restype = ctypes.py_object
+_new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+
+
+def fast_entry(name, addr):
+    """A Python builtin calling the JIT function ``NAME_pyentry`` at ``addr`` with the
+    arguments as they are (``METH_FASTCALL``): it returns None when the kernel ran, else
+    something else (take the checked path).  Returns ``(builtin, keepalive)``, or
+    ``(None, None)`` where this interpreter's ctypes objects are laid out differently."""
+    if not _CELLS_OK:
+        return None, None
+    mdef = _MethodDef(name.encode(), addr, _METH_FASTCALL, None)
+    return _new_cfunction(ctypes.addressof(mdef), _TORCH_CELLS, None), mdef
+
+
 def _serial_gomp():
     """Stand-ins for libgomp when it is absent: parallel loops then run on one thread."""
     body_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -87,7 +143,13 @@ _KEEP = []
 def init_threads():
     """Make ``GOMP_parallel`` and ``omp_get_*`` resolvable by JIT code; returns True if real."""
     from ..codegen.llvm_compile import init_llvm
+    from ..codegen.llvm_entry import PY_ERR_CLEAR, PY_INCREF, PY_NONE
     llvm = init_llvm()
+    # what the fast entry (llvm_entry._py_entry) uses of the interpreter and of torch
+    for name, fn in ((PY_INCREF, ctypes.pythonapi.Py_IncRef),
+                     (PY_ERR_CLEAR, ctypes.pythonapi.PyErr_Clear)):
+        llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+    llvm.add_symbol(PY_NONE, id(None))
     for n in gomp_candidates():
         if not n:
             continue

@@ -2,6 +2,7 @@
 import ctypes
 import json
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -25,6 +26,24 @@ class TimingResult:
                 f"repeats={len(self.results)})")
 
 
+def torch_views(args):
+    """The arguments with each CPU ``torch.Tensor`` replaced by its numpy view (sharing its
+    memory, so the overlap check still sees it), or None when there is none or one cannot be
+    viewed (on a GPU, requiring grad, an unsupported dtype): the checked path then explains."""
+    out = None
+    for k, a in enumerate(args):
+        t = type(a)
+        if t.__name__ == "Tensor" and t.__module__ == "torch":
+            try:
+                v = a.numpy()
+            except (RuntimeError, TypeError):
+                return None
+            if out is None:
+                out = list(args)
+            out[k] = v
+    return out
+
+
 class Module:
     """A compiled kernel.  Call it with numpy arrays / NDArrays / DLPack tensors and scalars."""
 
@@ -37,24 +56,31 @@ class Module:
         self._nparams = len(sig["params"])
         self._alias_pairs = overlap_pairs(sig)
         self._packed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(packed_addr)
-        self._fast = None
-        if fast_addr:
-            proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * self._nparams))
-            self._fast = proto(fast_addr)
+        self._entry = None
+        if fast_addr:     # a builtin: None when the kernel ran, else take the checked path
+            if "torch" in sys.modules:
+                cpu.attach_torch()
+            self._entry, mdef = cpu.fast_entry(f"{self.name}_pyentry", fast_addr)
+            self._keep.append(mdef)
         if threads_addr:    # the target's -num-threads, else TEDSL_NUM_THREADS / the cores
             ctypes.c_int32.from_address(threads_addr).value = \
                 sig.get("num_threads") or cpu.num_threads()
         self._threads_addr = threads_addr
 
     def __call__(self, *args):
-        fast = self._fast
-        if fast is not None and len(args) == self._nparams:
-            rc = fast(*args)
-            if rc == 0:
+        entry = self._entry
+        if entry is not None:
+            if entry(*args) is None:        # numpy arrays: every check made in machine code
                 return None
-            if rc != 1:
-                cpu.raise_status(self.name, rc)
+            if "torch" in sys.modules and not cpu.attach_torch():
+                views = torch_views(args)      # a torch without the DLPack exchange API
+                if views is not None and entry(*views) is None:
+                    return None
         return self._call_checked(args)
+
+    def _fast(self, *args):
+        """The fast entry alone: 0 when the kernel ran, 1 when the checked path is needed."""
+        return 0 if self._entry(*args) is None else 1
 
     def _call_checked(self, args):
         values, env = bind_arguments(self.signature, args)
