@@ -10,6 +10,7 @@ import islpy as isl
 
 from ..ir import expr as E
 from .convert import NotAffine, aff, constraint
+from .program import isl_value
 
 
 @dataclass(eq=False)
@@ -127,7 +128,9 @@ def access_map(acc, program, tnames, instance=()):
                 cons.append(f"0 <= o{d}")
     text = (f"{program.params_text()} -> {{ {s.tuple_text(names)} -> {tn}[{idx}] : "
             f"{' and '.join(cons) or '1 = 1'} }}")
-    return isl.Map(text).intersect_domain(s.domain_set(program))
+    dom = s.domain_set(program)
+    return isl_value(("access", text, s.domain_key(program)),
+                     lambda: isl.Map(text).intersect_domain(dom))
 
 
 def private_loops(program, resolve=None):

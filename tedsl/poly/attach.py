@@ -331,7 +331,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         s.iters = o_vars + s.iters
         s.extra["domain"] = dom.intersect(isl.Set(
             f"{program.params_text()} -> {{ {s.tuple_text(names)} : "
-            f"{' and '.join(s.constraints) or '1 = 1'} }}")).coalesce()
+            f"{' and '.join(s.constraints) or '1 = 1'} }}")).detect_equalities().coalesce()
         s.extra["o_vars"] = fp.o_vars
     # the consumer statements sharing the prefix now run after the producer
     key = _key(ref.sched[:pos + 1])

@@ -12,6 +12,8 @@ A fuse over symbolic extents keeps its parts as separate loops (``i * m + j`` wi
 ``m`` is not affine), and ``split(nparts=)`` of a symbolic extent is refused for the same
 reason (``i = outer * ceil(n / p) + inner``).
 """
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -45,17 +47,55 @@ class Statement:
         d = self.extra.get("domain")
         if d is None:
             cons = " and ".join(self.constraints) if self.constraints else "1 = 1"
-            d = isl.Set(f"{program.params_text()} -> "
-                        f"{{ {self.tuple_text(program.names)} : {cons} }}")
-            self.extra["domain"] = d
+            text = f"{program.params_text()} -> {{ {self.tuple_text(program.names)} : {cons} }}"
+            d = self.extra["domain"] = isl_value(("set", text), lambda: isl.Set(text))
+            self.extra["domain_key"] = (d, text)
         return d
 
-    def schedule_map(self, program, width):
-        vec = [str(x) if isinstance(x, int) else x[1] for x in self.sched]
-        vec += ["0"] * (width - len(vec))
-        m = isl.Map(f"{program.params_text()} -> "
-                    f"{{ {self.tuple_text(program.names)} -> [{', '.join(vec)}] }}")
-        return m.intersect_domain(self.domain_set(program))
+    def domain_key(self, program):
+        """A text that identifies the domain (its isl text where it was not parsed from one)."""
+        d = self.domain_set(program)
+        k = self.extra.get("domain_key")
+        if k is None or k[0] is not d:      # set by compute_at, or replaced since
+            k = self.extra["domain_key"] = (d, str(d))
+        return k[1]
+
+    def entry(self, d):
+        """Schedule entry ``d`` (an int, or ``(IterVar, text, ...)``); 0 past the end."""
+        return self.sched[d] if d < len(self.sched) else 0
+
+    def schedule_map(self, program, width, keep=None):
+        """The map from instances to time vectors of ``width`` entries, or only the entries
+        at positions ``keep``."""
+        keep = range(width) if keep is None else keep
+        vec = [str(x) if isinstance(x, int) else x[1] for x in map(self.entry, keep)]
+        text = (f"{program.params_text()} -> "
+                f"{{ {self.tuple_text(program.names)} -> [{', '.join(vec)}] }}")
+        dom = self.domain_set(program)
+        return isl_value(("map", text, self.domain_key(program)),
+                         lambda: isl.Map(text).intersect_domain(dom))
+
+
+_ISL = OrderedDict()     # (kind, texts) -> isl object, least recent first
+_ISL_MAX = 4096
+_ISL_LOCK = threading.Lock()
+
+
+def isl_value(key, make):
+    """The isl object that ``make()`` builds from the texts in ``key``, built once: isl objects
+    are values, so programs of any schedule may share them (parsing is a large part of a
+    legality check)."""
+    with _ISL_LOCK:
+        v = _ISL.get(key)
+        if v is not None:
+            _ISL.move_to_end(key)
+            return v
+    v = make()
+    with _ISL_LOCK:
+        _ISL[key] = v
+        if len(_ISL) > _ISL_MAX:
+            _ISL.popitem(last=False)
+    return v
 
 
 class Program:

@@ -1,0 +1,138 @@
+"""The legality checks remember isl results (dataflow per tensor, parsed relations, time
+differences) under the exact isl text of their inputs.  These tests prove that a remembered
+result is never stale: a change of order or of the compute graph is a different input, a
+refusal stays the same refusal after unrelated primitives, and two schedules of one definition
+never see each other's state."""
+import numpy as np
+import pytest
+
+import tedsl as te
+from tedsl.poly import deps as _deps
+from test_refusal_messages import wavefront
+
+
+def wavefront_reference(x):
+    out = np.zeros_like(x, dtype=np.float64)
+    out[0] = x[0]
+    for t in range(1, x.shape[0]):
+        for i in range(x.shape[1]):
+            for j in range(x.shape[2]):
+                diag = out[t, i - 1, j - 1] if i > 0 and j > 0 else 0.0
+                out[t, i, j] = diag + out[t - 1, i, j] * 0.5 + x[t, i, j]
+    return out
+
+
+def check_wavefront(f, rng):
+    """Run a built wavefront on seeded inputs (output poisoned) against numpy."""
+    x = rng.uniform(0.5, 1.5, (4, 6, 6)).astype("float32")
+    out = np.full(x.shape, np.nan, "float32")
+    f(x, out)
+    np.testing.assert_allclose(out, wavefront_reference(x), rtol=1e-5)
+
+
+def matmul(n=16):
+    A = te.placeholder((n, n), "float32", name="A")
+    B = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+def tiled(C):
+    """C tiled 8 x 8 with k split by 4 and the split loops reordered; returns (s, loops)."""
+    s = te.create_schedule(C)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 8)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(io, jo, ko, ki, ii, ji)
+    return s, (io, jo, ko, ki, ii, ji)
+
+
+def test_reorder_back_and_forth_is_checked_every_time(rng):
+    # the legal order is checked (and remembered) first; the reorder that makes i carry the
+    # diagonal dependence is refused at lower although the loops and tensors are the same;
+    # the legal order again builds and computes the right thing
+    X, upd, sc = wavefront()
+    s = te.create_schedule(sc.op)
+    _, i, j = upd.op.axis
+    s[upd].reorder(j, i)
+    s[upd].parallel(i)
+    te.lower(s, [X, sc])
+    s[upd].reorder(i, j)
+    with pytest.raises(te.DependenceError, match=r"^s\[upd\]\.parallel\(i\): loop i carries a "
+                                                 r"dependence(.|\n)*distance i \+1, j \+1"):
+        te.lower(s, [X, sc])
+    s[upd].reorder(j, i)
+    f = te.build(s, [X, sc])
+    check_wavefront(f, rng)
+
+
+def test_refusal_is_the_same_before_and_after_unrelated_primitives():
+    A, B, C = matmul()
+    s, (io, jo, ko, ki, ii, ji) = tiled(C)
+    with pytest.raises(te.DependenceError) as first:
+        s[C].parallel(ko)
+    s[C].vectorize(ji)          # legal annotations and an unroll in between
+    s[C].unroll(ki)
+    s[C].parallel(io)
+    with pytest.raises(te.DependenceError) as again:
+        s[C].parallel(ko)
+    assert str(again.value) == str(first.value)
+    assert str(first.value).startswith("s[C].parallel(k.outer): loop k.outer carries a "
+                                       "dependence"), str(first.value)
+    # the refused annotation was undone; the accepted ones stand and build
+    assert ko not in s[C].attrs or s[C].attrs[ko].kind == "serial"
+    te.lower(s, [A, B, C])
+
+
+def test_graph_change_makes_a_later_annotation_illegal():
+    # checks of the first graph are remembered (parallel j accepted, a split of k); after
+    # cache_write the register tile C.local accumulates along its own k loop, and parallel
+    # of that loop is refused on C.local
+    A, B, C = matmul()
+    s = te.create_schedule(C)
+    s[C].parallel(C.op.axis[1])
+    s[C].split(C.op.reduce_axis[0], factor=4)
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 8)
+    s[CL].compute_at(s[C], jo)
+    ic, jc, ko, ki = s[CL].leaf_iter_vars        # the split of k moved to C.local
+    s[CL].reorder(ko, ki, ic, jc)
+    with pytest.raises(te.DependenceError, match=r"^s\[C\.local\]\.parallel\(k\.outer\): "
+                                                 r"loop k\.outer carries a dependence(.|\n)*on "
+                                                 r"C\.local"):
+        s[CL].parallel(ko)
+    assert s[CL].attrs[jc].kind == "parallel"   # parallel(j) moved to C.local, still legal
+    te.lower(s, [A, B, C])
+
+
+def test_two_schedules_of_one_definition_do_not_share_verdicts(rng):
+    # one definition, two schedules checked in alternation: the illegal one stays refused,
+    # the legal one builds and computes correctly, whichever was checked first
+    X, upd, sc = wavefront()
+    bad = te.create_schedule(sc.op)
+    good = te.create_schedule(sc.op)
+    _, i, j = upd.op.axis
+    good[upd].reorder(j, i)
+    good[upd].parallel(i)
+    with pytest.raises(te.DependenceError, match=r"^s\[upd\]\.parallel\(i\): loop i carries"):
+        bad[upd].parallel(i)
+    f = te.build(good, [X, sc])
+    with pytest.raises(te.DependenceError, match=r"^s\[upd\]\.parallel\(i\): loop i carries"):
+        bad[upd].parallel(i)
+    check_wavefront(f, rng)
+
+
+def test_remembered_dataflow_equals_a_fresh_one():
+    # the dependences of a schedule are the same relations whether they come from the
+    # remembered results or are computed afresh
+    A, B, C = matmul()
+    s, _ = tiled(C)
+    warm = _deps.dependences(s)
+    assert any(_deps._FLOWS.values())
+    _deps.clear_caches()
+    assert not _deps._FLOWS
+    cold = _deps.dependences(s)
+    assert [(d.kind, d.tensor, d.source.name, d.sink.name) for d in warm] == \
+        [(d.kind, d.tensor, d.source.name, d.sink.name) for d in cold]
+    assert all(a.relation.is_equal(b.relation) for a, b in zip(warm, cold))
+    assert any(d.kind == "RAW" and d.tensor == "C" for d in cold)
