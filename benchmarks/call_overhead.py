@@ -1,10 +1,11 @@
-"""Per-call cost of a tiny compiled kernel, compared with numpy's own per-call cost.
+"""Per-call cost of a tiny compiled kernel, compared with numpy's and PyTorch's own.
 
 The kernel is ``C = A + B`` on 16 float32 elements, so the time is almost all overhead: the
-Python call, the argument checks and the jump into machine code.  Each round makes ``CALLS``
-calls; the rounds of the contenders alternate, and the median round is reported.  Run it with
-``python benchmarks/call_overhead.py``; it updates the ``call_overhead`` section of
-``benchmarks/RESULTS.md``.
+Python call, the argument checks and the jump into machine code.  It is called with numpy
+arrays and, when PyTorch is installed, with CPU torch tensors (read through torch's DLPack
+exchange function).  Each round makes ``CALLS`` calls; the rounds of the contenders
+alternate, and the median round is reported.  Run it with ``python benchmarks/call_overhead.py``;
+it updates the ``call_overhead`` section of ``benchmarks/RESULTS.md``.
 """
 import datetime
 import statistics
@@ -20,6 +21,7 @@ import tedsl as te
 N = 16
 CALLS = 20000
 ROUNDS = 21
+NOTE = ""       # e.g. " on a loaded machine (other jobs running)": set with --note
 
 
 def build_add(n):
@@ -46,6 +48,9 @@ def per_call_us(fns, calls=CALLS, rounds=ROUNDS):
 
 
 def main():
+    global NOTE
+    if "--note" in sys.argv:
+        NOTE = " " + sys.argv[sys.argv.index("--note") + 1]
     add = build_add(N)
     a = np.random.default_rng(0).random(N, dtype=np.float32)
     b = np.random.default_rng(1).random(N, dtype=np.float32)
@@ -57,17 +62,28 @@ def main():
         return None
 
     fns = {
-        "tedsl module `f(a, b, c)`": lambda: add(a, b, c),
+        "tedsl module `f(a, b, c)`, numpy arrays": lambda: add(a, b, c),
         "numpy `np.add(a, b, out=c)`": lambda: np.add(a, b, out=c),
-        "Python no-op function (floor)": noop,
     }
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("PyTorch is not installed: no torch rows", file=sys.stderr)
+    if torch is not None:
+        ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.empty(N)
+        add(ta, tb, tc)
+        np.testing.assert_allclose(tc.numpy(), a + b)
+        fns["tedsl module `f(a, b, c)`, torch tensors"] = lambda: add(ta, tb, tc)
+        fns["torch `torch.add(a, b, out=c)`"] = lambda: torch.add(ta, tb, out=tc)
+    fns["Python no-op function (floor)"] = noop
     us = per_call_us(fns)
     base = us["numpy `np.add(a, b, out=c)`"]
     rows = [(name, f"{t:.3f}", f"{t / base:.2f}") for name, t in us.items()]
     table = markdown_table(("call", "µs per call (median)", "vs numpy"), rows)
-    body = (f"## Call overhead\n\n`C = A + B`, n = {N} float32, numpy arrays; median of "
-            f"{ROUNDS} rounds of {CALLS} calls, rounds alternating. Measured "
-            f"{datetime.date.today().isoformat()}.\n\n{table}")
+    body = (f"## Call overhead\n\n`C = A + B`, n = {N} float32, numpy arrays and CPU torch "
+            f"tensors; median of {ROUNDS} rounds of {CALLS} calls, rounds alternating. Measured "
+            f"{datetime.date.today().isoformat()}{NOTE}.\n\n{table}")
     print(machine_description())
     print(table)
     path = write_results("call_overhead", body)
