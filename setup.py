@@ -36,8 +36,13 @@ setup(
     extras_require={
         "test": ["pytest>=8", NVRTC],
         "cuda": [NVRTC],
+        "torch": ["torch>=2.4"],
     },
-    entry_points={"console_scripts": ["tedsl = tedsl.cli:main"]},
+    entry_points={
+        "console_scripts": ["tedsl = tedsl.cli:main"],
+        # torch.compile(model, backend="tedsl") finds the backend here without importing tedsl
+        "torch_dynamo_backends": ["tedsl = tedsl.torch.backend:tedsl_backend"],
+    },
     classifiers=[
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",
