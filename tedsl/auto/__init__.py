@@ -8,13 +8,15 @@ width, ``machine.py``).  ``sketch_space(outs, target)`` lists every knob the rul
 its candidate values, the model's choice first; ``auto_schedule(..., params={knob: value})``
 applies other choices (the search of ``tedsl.tune.auto`` walks this space).
 
-Every schedule is lowered once before it is returned, so a rule that meets a limit of the
-compiler falls back to the plain rules (inlining and the parallel + vectorized fallback) instead
-of handing back a schedule that does not build; with ``params`` given (even ``{}``) the failure
+The rules apply primitives they know to be legal, so the per-primitive dependence checks are
+deferred to the one check that ``lower`` / ``build`` runs on every schedule (an illegal schedule
+is refused there, never compiled); the stages of a scan keep their checks.  A rule that is
+refused while it applies falls back to the plain rules (inlining and the parallel + vectorized
+fallback, each optional annotation checked); with ``params`` given (even ``{}``) the refusal
 is raised instead (a search records it).
 """
 from ..errors import ScheduleError, TargetUnavailableError, TedslError
-from ..te.tensor import PlaceholderOp, Tensor
+from ..te.tensor import Tensor
 
 __all__ = ["auto_schedule", "sketch_space"]
 
@@ -41,9 +43,9 @@ def _target(target):
 
 def _sketch(outs, tgt, params, plain=False):
     """Apply the rules to a fresh schedule.  The full rules run with the per-primitive
-    dependence checks deferred to the one check of ``_check`` (every annotation and attachment
-    is checked again there); the plain rules keep them, so that each refused optional
-    annotation is simply left out."""
+    dependence checks deferred to ``lower`` (every annotation and attachment is checked again
+    there); the plain rules keep them, so that each refused optional annotation is simply left
+    out."""
     from ..schedule.schedule import create_schedule
     from .graph import Graph
     from .machine import machine
@@ -68,16 +70,6 @@ def _unchecked(*args):
     return None
 
 
-def _check(s, g, outs):
-    """Lower ``s`` (the placeholders, then the outputs) so that a limit met by a rule shows
-    now, not at the caller's build."""
-    from ..transform.pipeline import lower
-    args = [op.output(i) for op in g.ops if isinstance(op, PlaceholderOp)
-            for i in range(len(op.outputs))]
-    args += [t for t in outs if t not in args]
-    lower(s, args)
-
-
 def auto_schedule(outs, target="llvm", *, params=None):
     """A schedule for the computes behind ``outs`` (a tensor or a list), from the rules and
     the analytic model alone (milliseconds to a second).
@@ -97,20 +89,18 @@ def auto_schedule(outs, target="llvm", *, params=None):
     """
     outs = _outs(outs)
     tgt = _target(target)
-    s, g, knobs = _sketch(outs, tgt, params)
-    knobs.check_unknown()
     try:
-        _check(s, g, outs)
-    except TedslError as err:
+        s, _, knobs = _sketch(outs, tgt, params)
+    except TedslError:
         if params is not None:
-            raise ScheduleError(f"auto_schedule: the choices {params} give a schedule that does "
-                                f"not lower: {err}") from err
-        s, g, _ = _sketch(outs, tgt, None, plain=True)
+            raise
         try:
-            _check(s, g, outs)
+            s, _, _ = _sketch(outs, tgt, None, plain=True)
         except TedslError:
             from ..schedule.schedule import create_schedule
             s = create_schedule(outs)
+        return s
+    knobs.check_unknown()
     return s
 
 

@@ -136,16 +136,16 @@ def unroll_k(k_ext):
     return next(f for f in (4, 3, 2, 1) if k_ext % f == 0)
 
 
-def loop_order(m, op, loads, row_iv, col_iv, mr, nr):
-    """``"ij"`` (row tiles outside: a row block of the operands stays in cache while column
-    panels stream) or ``"ji"`` (the other way round), whichever keeps the smaller reused
-    block, from the exact footprints of one register tile over the whole reduction."""
+def loop_order(m, op, loads, row_iv, col_iv):
+    """``"ij"`` (row tiles outside: the column operand is streamed again for every row tile)
+    or ``"ji"`` (column panels outside: the row operand is streamed again for every panel).
+    ``"ji"`` when only the row operand fits in half the L2 cache (a short, wide product such
+    as dense layers: the weights stream once), else ``"ij"``; sizes are exact isl footprints
+    of the whole operands."""
     if row_iv is None:
         return "ij"
-    row_block_bytes = footprint(op, [ld for ld in loads if not ld.depends(col_iv.var)],
-                                {a: 1 for a in op.axis if a not in (row_iv,)} | {row_iv: mr})
-    col_block_bytes = footprint(op, [ld for ld in loads if not ld.depends(row_iv.var)],
-                                {a: 1 for a in op.axis if a not in (col_iv,)} | {col_iv: nr})
-    if row_block_bytes <= m.l1 // 2 or row_block_bytes <= col_block_bytes:
-        return "ij"
-    return "ji"
+    rows = footprint(op, [ld for ld in loads if not ld.depends(col_iv.var)], {})
+    cols = footprint(op, [ld for ld in loads if not ld.depends(row_iv.var)], {})
+    if rows <= m.l2 // 2 < cols:
+        return "ji"
+    return "ij"

@@ -405,13 +405,12 @@ class Sketch:
         pack = False
         if pack_t is not None:
             pack = self.k(f"{lab}.pack", True, [False])
-        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, mr, nr),
+        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col),
                        ["ij", "ji"]) if row is not None else "ij"
         host = self.host(op)
         if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
             host = op
-        if pack:
-            pack_operand(s, s[op], pack_t, col.var, nr)
+        packed = pack_operand(s, s[op], pack_t, col.var, nr) if pack else None
         if host is op:
             cc = s.cache_write(op.output(0), "local")
             T, cs, cop = s[op], s[cc], cc.op
@@ -422,12 +421,17 @@ class Sketch:
         self.done.add(id(op))
         pos = {a: n for n, a in enumerate(op.axis)}
         hax = list(host.axis)
-        houter, hinner = self.tile_loops(T, hax, pos[col], None if row is None else pos[row],
+        houter, hinner, hjo = self.tile_loops(T, hax, pos[col], None if row is None else pos[row],
                                          mr, nr, order)
         T.reorder(*houter, *hinner)
         work = _work(op)
         attach_tile([cs], T, houter, work)
-        couter, cinner = self.tile_loops(cs, list(cop.axis), pos[col],
+        if packed is not None and order == "ji" and ext(T, hjo) != 1:
+            # one panel packed per column tile, in cache, by the thread that uses it
+            ps = s[packed]
+            ps.compute_at(T, hjo)
+            split_vector(ps, packed.op.axis[-1], 2 * lanes)
+        couter, cinner, _ = self.tile_loops(cs, list(cop.axis), pos[col],
                                          None if row is None else pos[row], mr, nr, order)
         red = list(cop.reduce_axis)
         unrolled = []
@@ -466,7 +470,7 @@ class Sketch:
 
     def tile_loops(self, st, axes, ci, ri, mr, nr, order):
         """Split the column axis ``axes[ci]`` by ``nr`` and the row axis ``axes[ri]`` by ``mr``;
-        returns ``(outer loops in order, [row inner, column inner])``."""
+        returns ``(outer loops in order, [row inner, column inner], column outer)``."""
         outer, inner = [], []
         jo, ji = st.split(axes[ci], factor=nr)
         io = ii = None
@@ -484,7 +488,7 @@ class Sketch:
             if a < b:
                 outer[a], outer[b] = jo, io
         inner = ([ii] if ii is not None else []) + [ji]
-        return outer, inner
+        return outer, inner, jo
 
     def host(self, op):
         """The elementwise consumer that computes ``op``'s register tiles inside its own loops
@@ -599,8 +603,15 @@ class Sketch:
         """Init / update stages of a scan: the last axis vectorized (the scan loop, the first
         axis, carries the recurrence and stays sequential)."""
         op = st.op
-        if len(op.axis) >= 2 and not op.is_reduction:
+        if len(op.axis) < 2 or op.is_reduction:
+            return
+        s = st.schedule
+        deferred = s.__dict__.pop("_check_legal", None)     # checked here, at the call
+        try:
             split_vector(st, op.axis[-1], lanes)
+        finally:
+            if deferred is not None:
+                s._check_legal = deferred
 
 
 def _vars(e):

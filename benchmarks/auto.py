@@ -1,0 +1,302 @@
+"""Auto-scheduled kernels (``te.auto_schedule``, no search) against numpy, PyTorch and the
+hand-written GEMM schedule, 1 and 2 threads, interleaved per case.
+
+Cases: GEMM 1024 and 1000 (plain ``te.compute`` definitions), dense 128×1024 → 4096, the
+conv2d layers of ResNet-18 (NCHW, 3×3 pad 1: 1×64×56×56, 1×128×28×28, 1×256×14×14, 1×512×7×7,
+and one 1×1 layer), softmax and layer_norm of 4096×1024, and a 2-D 5-point stencil.  Every
+kernel is checked against numpy before it is timed; the time ``auto_schedule`` itself took is
+reported per graph.
+
+Columns: ``auto`` the zero-search schedule, ``search`` the schedule found by
+``tedsl.tune.auto`` in 120 s (empty until that search exists; ``--search`` fills it), then
+the peers, and ``vs best peer`` = best peer time / auto time (above 1: tedsl is faster).
+
+Run: ``python benchmarks/auto.py [--quick] [--search] [case ...]``; writes the ``auto`` section
+of RESULTS.md.
+"""
+import argparse
+import time
+
+import numpy as np
+
+from common import (blas_threads, interleaved, machine_description, markdown_table,
+                    write_results)
+
+import tedsl as te
+from tedsl import ops
+
+SEARCH_SECONDS = 120
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _gemm(n):
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    c = np.empty((n, n), np.float32)
+
+    def ref():
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+    def peers(torch):
+        out = {"numpy": lambda: np.matmul(a, b, out=c)}
+        if torch is not None:
+            ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+            out["torch"] = lambda: torch.matmul(ta, tb, out=tc)
+        import gemm
+        hand = gemm.build_best(n)
+        out["hand"] = lambda: hand(a, b, c)
+        return out
+    return dict(outs=[C], args=[A, B, C], inputs=[a, b], out=c, ref=ref, peers=peers,
+                flop=2.0 * n ** 3, unit="GFLOP/s")
+
+
+def _dense(m=128, k_=1024, n=4096):
+    X = te.placeholder((m, k_), name="X")
+    W = te.placeholder((n, k_), name="W")
+    k = te.reduce_axis((0, k_), name="k")
+    Y = te.compute((m, n), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name="Y")
+    rng = np.random.default_rng(1)
+    x, w = rng.random((m, k_), dtype=np.float32), rng.random((n, k_), dtype=np.float32)
+    y = np.empty((m, n), np.float32)
+
+    def ref():
+        return (x.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32)
+
+    def peers(torch):
+        out = {"numpy": lambda: np.matmul(x, w.T, out=y)}
+        if torch is not None:
+            tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+            out["torch"] = lambda: torch.nn.functional.linear(tx, tw)
+        return out
+    return dict(outs=[Y], args=[X, W, Y], inputs=[x, w], out=y, ref=ref, peers=peers,
+                flop=2.0 * m * n * k_, unit="GFLOP/s")
+
+
+def _conv(c, hw, f, ksize):
+    pad = ksize // 2
+    X = te.placeholder((1, c, hw, hw), name="X")
+    Wt = te.placeholder((f, c, ksize, ksize), name="W")
+    Y = ops.conv2d_nchw(X, Wt, padding=pad)
+    rng = np.random.default_rng(2)
+    x = rng.random((1, c, hw, hw), dtype=np.float32) - 0.5
+    w = rng.random((f, c, ksize, ksize), dtype=np.float32) - 0.5
+    y = np.empty((1, f, hw, hw), np.float32)
+    torch = _torch()
+
+    def ref():
+        if torch is not None:
+            with torch.no_grad():
+                return torch.nn.functional.conv2d(torch.from_numpy(x).double(),
+                                                  torch.from_numpy(w).double(),
+                                                  padding=pad).numpy()
+        from numpy.lib.stride_tricks import sliding_window_view
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        win = sliding_window_view(xp, (ksize, ksize), axis=(2, 3))
+        return np.einsum("ncyxab,fcab->nfyx", win, w.astype(np.float64))
+
+    def peers(torch):
+        if torch is None:
+            return {}
+        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+
+        def run():
+            with torch.no_grad():
+                torch.nn.functional.conv2d(tx, tw, padding=pad)
+        return {"torch": run}
+    return dict(outs=[Y], args=[X, Wt, Y], inputs=[x, w], out=y, ref=ref, peers=peers,
+                flop=2.0 * f * c * ksize * ksize * hw * hw, unit="GFLOP/s")
+
+
+def _rows(kind, m=4096, n=1024):
+    X = te.placeholder((m, n), name="X")
+    rng = np.random.default_rng(3)
+    x = rng.random((m, n), dtype=np.float32)
+    y = np.empty((m, n), np.float32)
+    if kind == "softmax":
+        Y = ops.softmax(X)
+        args, inputs = [X, Y], [x]
+
+        def ref():
+            e = np.exp(x - x.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+
+        def np_run():
+            e = np.exp(x - x.max(-1, keepdims=True))
+            np.divide(e, e.sum(-1, keepdims=True), out=y)
+    else:
+        g = rng.random(n, dtype=np.float32)
+        b = rng.random(n, dtype=np.float32)
+        G = te.placeholder((n,), name="g")
+        Bt = te.placeholder((n,), name="b")
+        Y = ops.layer_norm(X, G, Bt)
+        args, inputs = [X, G, Bt, Y], [x, g, b]
+
+        def ref():
+            x64 = x.astype(np.float64)
+            mu = x64.mean(-1, keepdims=True)
+            return (x64 - mu) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * g + b
+
+        def np_run():
+            mu = x.mean(-1, keepdims=True)
+            np.add((x - mu) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g, b, out=y)
+
+    def peers(torch):
+        out = {"numpy": np_run}
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            if kind == "softmax":
+                out["torch"] = lambda: torch.softmax(tx, -1)
+            else:
+                tg, tb = torch.from_numpy(g), torch.from_numpy(b)
+                out["torch"] = lambda: torch.nn.functional.layer_norm(tx, (n,), tg, tb)
+        return out
+    return dict(outs=[Y], args=args, inputs=inputs, out=y, ref=ref, peers=peers,
+                flop=2.0 * m * n * 4, unit="GB/s")        # read + write, float32
+
+
+def _stencil(n=2048):
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n - 2, n - 2),
+                   lambda i, j: (A[i + 1, j + 1] + A[i, j + 1] + A[i + 2, j + 1] + A[i + 1, j] +
+                                 A[i + 1, j + 2]) * 0.2, name="B")
+    rng = np.random.default_rng(4)
+    a = rng.random((n, n), dtype=np.float32)
+    b = np.empty((n - 2, n - 2), np.float32)
+
+    def ref():
+        return (a[1:-1, 1:-1] + a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:]) * 0.2
+
+    def np_run():
+        np.multiply(a[1:-1, 1:-1] + a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:],
+                    np.float32(0.2), out=b)
+    return dict(outs=[B], args=[A, B], inputs=[a], out=b, ref=ref,
+                peers=lambda torch: {"numpy": np_run}, flop=2.0 * n * n * 4, unit="GB/s")
+
+
+CASES = {
+    "gemm1024": lambda: _gemm(1024),
+    "gemm1000": lambda: _gemm(1000),
+    "dense": _dense,
+    "conv64": lambda: _conv(64, 56, 64, 3),
+    "conv128": lambda: _conv(128, 28, 128, 3),
+    "conv256": lambda: _conv(256, 14, 256, 3),
+    "conv512": lambda: _conv(512, 7, 512, 3),
+    "conv1x1": lambda: _conv(256, 14, 512, 1),
+    "softmax": lambda: _rows("softmax"),
+    "layer_norm": lambda: _rows("layer_norm"),
+    "stencil5": _stencil,
+}
+LABELS = {
+    "gemm1024": "GEMM 1024", "gemm1000": "GEMM 1000", "dense": "dense 128×1024→4096",
+    "conv64": "conv2d 1×64×56×56 3×3→64", "conv128": "conv2d 1×128×28×28 3×3→128",
+    "conv256": "conv2d 1×256×14×14 3×3→256", "conv512": "conv2d 1×512×7×7 3×3→512",
+    "conv1x1": "conv2d 1×256×14×14 1×1→512", "softmax": "softmax 4096×1024",
+    "layer_norm": "layer_norm 4096×1024", "stencil5": "5-point stencil 2048²",
+}
+
+
+def _search_schedule(case):
+    """The schedule ``tedsl.tune.auto`` finds in ``SEARCH_SECONDS`` (None where the search
+    is not available)."""
+    try:
+        from tedsl.tune import auto as search
+    except ImportError:
+        return None
+    return search(case["outs"], "llvm", seconds=SEARCH_SECONDS)
+
+
+def run_case(name, rounds, threads, torch, with_search):
+    case = CASES[name]()
+    t0 = time.perf_counter()
+    s = te.auto_schedule(case["outs"])
+    t_sched = time.perf_counter() - t0
+    f = te.build(s, case["args"], name=name)
+    inputs, out = case["inputs"], case["out"]
+    out[...] = np.nan
+    f(*inputs, out)
+    np.testing.assert_allclose(out, case["ref"](), rtol=2e-3, atol=2e-3 * max(
+        1.0, float(np.abs(case["ref"]()).max())))
+
+    def tedsl_contender(mod):
+        return (mod.set_num_threads, lambda: mod(*inputs, out))
+    contenders = {"auto": tedsl_contender(f)}
+    if with_search:
+        ss = _search_schedule(case)
+        if ss is not None:
+            contenders["search"] = tedsl_contender(te.build(ss, case["args"], name=name))
+    setter = blas_threads()
+    for peer, fn in case["peers"](torch).items():
+        if peer == "torch":
+            contenders[peer] = (torch.set_num_threads, fn)
+        elif peer == "numpy":
+            contenders[peer] = (setter, fn)
+        else:
+            contenders[peer] = (tedsl_contender_mod(fn), fn)
+    times = interleaved(contenders, rounds, threads)
+    return case, t_sched, times, list(contenders)
+
+
+def tedsl_contender_mod(fn):
+    """Thread setter of a peer that is a tedsl module wrapped in a lambda (the hand GEMM)."""
+    mod = next((c.cell_contents for c in (fn.__closure__ or ())
+                if hasattr(c.cell_contents, "set_num_threads")), None)
+    return mod.set_num_threads if mod is not None else None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("cases", nargs="*", help=f"cases (default all): {', '.join(CASES)}")
+    p.add_argument("--quick", action="store_true", help="3 rounds instead of 7")
+    p.add_argument("--search", action="store_true",
+                   help=f"also search {SEARCH_SECONDS} s per case with tedsl.tune.auto")
+    p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
+    opts = p.parse_args(argv)
+    names = opts.cases or list(CASES)
+    rounds = 3 if opts.quick else 7
+    threads = (1, 2)
+    torch = _torch()
+    print(machine_description())
+    header = ["case", "threads", "auto", "search", "numpy", "torch", "hand GEMM",
+              "auto vs best peer", "auto_schedule s"]
+    rows = []
+    for name in names:
+        case, t_sched, times, who = run_case(name, rounds, threads, torch, opts.search)
+        unit, work = case["unit"], case["flop"]
+        for nt in threads:
+            def cell(c):
+                t = times.get((c, nt))
+                return "" if t is None else f"{work / t / 1e9:.1f}"
+            peers = [times[(c, nt)] for c in who if c not in ("auto", "search")]
+            ratio = min(peers) / times[("auto", nt)] if peers else float("nan")
+            row = [LABELS[name] + f" ({unit})", str(nt), cell("auto"), cell("search"),
+                   cell("numpy"), cell("torch"), cell("hand"), f"{ratio:.2f}",
+                   f"{t_sched:.2f}"]
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+    table = markdown_table(header, rows)
+    note = ("Zero-search `te.auto_schedule` against the peers, medians of interleaved rounds "
+            f"({rounds}), 1 and 2 threads; figures are {'GFLOP/s' } for products and "
+            "convolutions, GB/s (bytes read + written, float32) for softmax, layer_norm and "
+            "the stencil.  The `search` column is filled by `--search` "
+            f"(`tedsl.tune.auto`, {SEARCH_SECONDS} s per case).  `auto vs best peer` is the "
+            "best peer's time over auto's (above 1: tedsl is faster).  `hand GEMM` is the "
+            "schedule of benchmarks/gemm.py.")
+    if not opts.no_write:
+        write_results("auto", "## Auto-scheduling (no search)\n\n" + table + "\n\n" + note)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
