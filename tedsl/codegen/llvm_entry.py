@@ -10,8 +10,9 @@
   (``self`` holds it, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
   kernel ran, else ``self`` (a check failed, or
   the body returned an error status): the caller takes the slow path, which raises the precise
-  error.  Its references into the interpreter are ``PY_INCREF``, ``PY_NONE`` and
-  ``PY_ERR_CLEAR``, symbols the runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and the global
+  error.  Kernels over more than ``GIL_BYTES`` of arrays run with the interpreter lock
+  released.  Its references into the interpreter are ``PY_INCREF``, ``PY_NONE``,
+  ``PY_ERR_CLEAR`` and the two thread-state calls, symbols the runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and the global
   ``<name>_ndarray_type`` (``id(numpy.ndarray)``, set again by a module loaded from the kernel
   cache).
 """
@@ -29,7 +30,11 @@ from .llvm_expr import F64, I8, I32, I64, PTR
 
 PY_INCREF = "tedsl_Py_IncRef"     # void Py_IncRef(PyObject *)
 PY_NONE = "tedsl_Py_None"         # the None object
-PY_ERR_CLEAR = "PyErr_Clear"      # the interpreter's own name: a linked library finds it too
+# the interpreter's own names below: a linked shared library finds them in the process too
+PY_ERR_CLEAR = "PyErr_Clear"
+PY_SAVE_THREAD = "PyEval_SaveThread"
+PY_RESTORE_THREAD = "PyEval_RestoreThread"
+GIL_BYTES = 1 << 16
 _DL_CODE = {"bool": 6, "bfloat16": 4}     # kDLBool, kDLBfloat; else kDLInt/kDLUInt/kDLFloat
 
 
@@ -187,7 +192,28 @@ class EntryEmitter:
         if any(v not in bound for v in f.size_vars):
             b.branch(fail_bb)
         else:
-            rc = b.call(body_fn, datas + [self.vars[v] for v in f.size_vars])
+            # kernels over more than GIL_BYTES of arrays run with the interpreter lock released
+            # (as ctypes calls do), so other Python threads go on; tiny ones keep it (cheaper)
+            save = ir.Function(self.module, ir.FunctionType(PTR, []), name=PY_SAVE_THREAD)
+            restore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+                                  name=PY_RESTORE_THREAD)
+            total = ir.Constant(I64, 0)
+            for _, _, nb in spans:
+                total = b.add(total, nb)
+            big = b.icmp_unsigned(">", total, ir.Constant(I64, GIL_BYTES))
+            args = datas + [self.vars[v] for v in f.size_vars]
+            with b.if_else(big) as (then, otherwise):
+                with then:
+                    ts = b.call(save, [])
+                    rc_big = b.call(body_fn, args)
+                    b.call(restore, [ts])
+                    from_big = b.block
+                with otherwise:
+                    rc_small = b.call(body_fn, args)
+                    from_small = b.block
+            rc = b.phi(I32)
+            rc.add_incoming(rc_big, from_big)
+            rc.add_incoming(rc_small, from_small)
             check(b.icmp_signed("==", rc, ir.Constant(I32, 0)))
             b.call(incref, [none])
             b.ret(none)

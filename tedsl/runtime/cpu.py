@@ -143,13 +143,15 @@ _KEEP = []
 def init_threads():
     """Make ``GOMP_parallel`` and ``omp_get_*`` resolvable by JIT code; returns True if real."""
     from ..codegen.llvm_compile import init_llvm
-    from ..codegen.llvm_entry import PY_ERR_CLEAR, PY_INCREF, PY_NONE
+    from ..codegen import llvm_entry as E
     llvm = init_llvm()
-    # what the fast entry (llvm_entry._py_entry) uses of the interpreter and of torch
-    for name, fn in ((PY_INCREF, ctypes.pythonapi.Py_IncRef),
-                     (PY_ERR_CLEAR, ctypes.pythonapi.PyErr_Clear)):
+    # what the fast entry (llvm_entry._py_entry) uses of the interpreter
+    api = ctypes.pythonapi
+    for name, fn in ((E.PY_INCREF, api.Py_IncRef), (E.PY_ERR_CLEAR, api.PyErr_Clear),
+                     (E.PY_SAVE_THREAD, api.PyEval_SaveThread),
+                     (E.PY_RESTORE_THREAD, api.PyEval_RestoreThread)):
         llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
-    llvm.add_symbol(PY_NONE, id(None))
+    llvm.add_symbol(E.PY_NONE, id(None))
     for n in gomp_candidates():
         if not n:
             continue
