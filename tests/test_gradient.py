@@ -237,3 +237,16 @@ def test_auto_schedule_of_gradient(rng):
     out = np.full(x.shape, np.nan)
     f(x, out)
     np.testing.assert_allclose(out, np.exp(x), rtol=1e-12)
+
+
+def test_piecewise_preimage_range_falls_back_to_the_iterator_range(rng):
+    n, m = te.var("n"), te.var("m")
+    X = te.placeholder((n,), F, name="X")
+    B = te.placeholder((m,), F, name="B")
+    i = te.reduce_axis((0, n), name="i")
+    Y = te.compute((m,), lambda j: te.sum(X[i] * B[j] * B[j], axis=i, where=i < m), name="Y")
+    for nv, mv in ((5, 3), (3, 5)):
+        head = np.random.default_rng(nv).uniform(-1, 1, mv)
+        _, _, err = check_gradient(Y, [X, B], [rng.uniform(0.5, 1.5, nv),
+                                               rng.uniform(0.5, 1.5, mv)], head)
+        assert max(err) <= TOL

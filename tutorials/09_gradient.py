@@ -112,7 +112,8 @@ ref_w = np.zeros_like(wc)
 for ry in range(3):
     for rx in range(3):
         win = xp[:, :, ry:ry + 13:2, rx:rx + 13:2]               # (1, 8, 7, 7)
-        ref_pad[:, :, ry:ry + 13:2, rx:rx + 13:2] += np.einsum("nfyx,fc->ncyx", hc, wc[:, :, ry, rx])
+        ref_pad[:, :, ry:ry + 13:2, rx:rx + 13:2] += np.einsum("nfyx,fc->ncyx", hc,
+                                                               wc[:, :, ry, rx])
         ref_w[:, :, ry, rx] = np.einsum("nfyx,ncyx->fc", hc, win)
 np.testing.assert_allclose(gx, ref_pad[:, :, 1:15, 1:15], rtol=1e-4, atol=1e-4)
 np.testing.assert_allclose(gw2, ref_w, rtol=1e-4, atol=1e-4)

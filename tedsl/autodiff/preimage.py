@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from ..errors import DefinitionError
-from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.functor import free_vars, substitute
 from ..ir.simplify import from_linear, linear, simplify
@@ -92,6 +91,14 @@ def _as_params(s, keep):
     for d in range(n):
         s = s.set_dim_name(isl.dim_type.set, d, keep[d])
     return s.move_dims(isl.dim_type.param, s.dim(isl.dim_type.param), isl.dim_type.set, 0, n)
+
+
+def _own_range(op, v):
+    """``(begin, end)`` of iterator ``v`` of ``op`` as the definition gives it."""
+    for a in list(op.axis) + list(op.reduce_axis):
+        if a.var is v:
+            return E.as_expr(a.begin), E.as_expr(a.end)
+    raise DefinitionError(f"te.gradient: {v.name} is not an iterator of {op.name}")
 
 
 def _single_aff(pa):
@@ -212,15 +219,21 @@ def plan_read(op, indices, path_conds, X, xvars, extra_tensors=()):
         proj = S.project_out(isl.dim_type.set, nx + j + 1, len(free) - j - 1) \
             .project_out(isl.dim_type.set, 0, nx + j)
         lo, hi = _single_aff(proj.dim_min(0)), _single_aff(proj.dim_max(0))
-        if lo is None or hi is None:
+        n = names.name(v)
+        if lo is not None and hi is not None:         # the bounding box from isl
+            lo_e, hi_e = (E.cast(isl_to_expr(names, env, build.expr_from_pw_aff(
+                isl.PwAff.from_aff(a))), "int32") for a in (lo, hi))
+            ranges.append((new_vars[v], simplify(lo_e), simplify(E.binary("add", hi_e, 1))))
+            box.append(f"{aff(lo_e, names, dims)} <= {n} <= {aff(hi_e, names, dims)}")
+            continue
+        # a piecewise box (e.g. min(n, m)): the iterator's own range, if it names sizes only
+        lo_e, hi_e = _own_range(op, v)
+        if any(u in dims for e in (lo_e, hi_e) for u in free_vars(e)):
             raise DefinitionError(
                 f"te.gradient: the reads of {X.name} in {op.name} have a preimage whose range "
-                f"of {v.name} is piecewise; rewrite the bounds of {v.name} as one affine range")
-        lo_e, hi_e = (E.cast(isl_to_expr(names, env, build.expr_from_pw_aff(isl.PwAff.from_aff(a))),
-                             "int32") for a in (lo, hi))
-        ranges.append((new_vars[v], simplify(lo_e), simplify(E.binary("add", hi_e, 1))))
-        n = names.name(v)
-        box.append(f"{aff(lo_e, names, dims)} <= {n} <= {aff(hi_e, names, dims)}")
+                f"of {v.name} is piecewise; give {v.name} a range of constants and sizes")
+        ranges.append((new_vars[v], lo_e, hi_e))
+        box.append(f"{aff(lo_e, names, dims)} <= {n} < {aff(hi_e, names, dims)}")
     box = isl.Set(f"[{params}] -> {{ [{', '.join(keep)}] : {' and '.join(box)} }}")
     G = S.gist(box.intersect_params(pctx)).coalesce()
     where = None
