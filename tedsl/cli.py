@@ -1,4 +1,4 @@
-"""The ``python -m tedsl`` command line: ``demo``, ``bench`` and ``tune``.
+"""The ``python -m tedsl`` command line: ``demo``, ``bench``, ``tune`` and ``cache``.
 
 ``demo`` is the main job: it builds two scheduled kernels on this machine, checks them against
 numpy, prints the lowered loops of one and a small timing table.  Progress goes to stderr and
@@ -366,7 +366,28 @@ def _parser():
     t.add_argument("--strategy", choices=("random", "grid"), default="random",
                    help="search strategy (default random)")
     t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    c = sub.add_parser("cache", help="show or clear the on-disk kernel cache",
+                       description="The kernel cache keeps the compiled code of te.build by a "
+                                   "hash of the definition, schedule, target and versions "
+                                   "(directory: TEDSL_CACHE_DIR, default ~/.cache/tedsl; "
+                                   "TEDSL_CACHE=0 disables it).")
+    c.add_argument("action", choices=("info", "clear"), help="info: where it is and its size; "
+                   "clear: delete every entry")
     return p
+
+
+def cache(action):
+    """``python -m tedsl cache info|clear``; returns the exit status."""
+    from .runtime import kernel_cache
+    if action == "clear":
+        n = kernel_cache.clear()
+        print(f"removed {n} cached kernel(s) from {kernel_cache.cache_dir()}")
+        return 0
+    st = kernel_cache.info()
+    state = "enabled" if st["enabled"] else "disabled (TEDSL_CACHE=0)"
+    print(f"kernel cache: {st['dir']}\n{state}; {st['entries']} kernel(s), "
+          f"{st['bytes'] / 1e6:.2f} MB")
+    return 0
 
 
 def main(argv=None):
@@ -382,13 +403,15 @@ def main(argv=None):
     if not argv:
         parser.print_help(sys.stderr)
         return 2
-    if not argv[0].startswith("-") and argv[0] not in ("demo", "bench", "tune"):
+    if not argv[0].startswith("-") and argv[0] not in ("demo", "bench", "tune", "cache"):
         print(f"python -m tedsl: unknown command {argv[0]!r}; choose one of: demo, bench, "
-              "tune (see python -m tedsl --help)", file=sys.stderr)
+              "tune, cache (see python -m tedsl --help)", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)       # exits 2 with a message on bad options
     if args.command == "demo":
         return demo(small=args.small or os.environ.get("TEDSL_DEMO_SMALL") == "1")
     if args.command == "bench":
         return bench(args.names)
+    if args.command == "cache":
+        return cache(args.action)
     return tune(args)
