@@ -303,3 +303,85 @@ def test_cuda_kernel_exports_and_loads_without_a_gpu(tmp_path):
     nm = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True,
                         text=True).stdout
     assert "cuLaunchKernel" not in nm    # the driver is opened at run time, not linked
+
+
+_FAKE_DRIVER = r"""
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+static void *current;
+static int word;
+int cuInit(unsigned flags) { (void)flags; return 0; }
+int cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
+int cuCtxGetCurrent(void **c) { *c = current; return 0; }
+int cuCtxSetCurrent(void *c) { current = c; return 0; }
+int cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = (void *)0x1; return 0; }
+int cuModuleLoadData(void **m, const void *image) {
+  printf("load %s\n", ((const unsigned char *)image)[0] == 0x7f ? "cubin" : "ptx");
+  *m = (void *)0x2; return 0;
+}
+int cuModuleGetFunction(void **f, void *m, const char *name) {
+  (void)m; printf("function %s\n", name); *f = strdup(name); return 0;
+}
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
+  (void)smem; (void)stream; (void)extra;
+  printf("launch %s grid %u %u %u block %u %u %u n %d\n", (const char *)f, gx, gy, gz, bx, by,
+         bz, *(int32_t *)params[2]);
+  return 0;
+}
+int cuCtxSynchronize(void) { return 0; }
+int cuMemAlloc_v2(uint64_t *p, size_t n) { (void)n; *p = (uint64_t)(uintptr_t)&word; return 0; }
+int cuMemsetD8_v2(uint64_t p, unsigned char v, size_t n) {
+  memset((void *)(uintptr_t)p, v, n); return 0;
+}
+int cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+"""
+
+_CUDA_MAIN = r"""
+#include <stdio.h>
+#include "gpu.h"
+int main(void) {
+  float a[1], b[1];
+  printf("rc %d\n", double_it(a, b, 1000));
+  printf("rc %d\n", double_it(a, b, 0));
+  return 0;
+}
+"""
+
+
+def test_cuda_launcher_against_a_stand_in_driver(tmp_path):
+    """The launcher's driver calls, seen through a stand-in libcuda.so.1 that prints them:
+    the grid is ceil(n / 64) blocks of 64 threads, the size is passed, nothing is launched
+    for n = 0."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to export with")
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B)
+    bx, tx = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    try:
+        gpu = te.build(s, [A, B], target="cuda -arch=sm_80", name="double_it")
+    except te.TedslError as e:
+        pytest.skip(f"cannot compile CUDA here: {e}")
+    te.export_library(tmp_path / "gpu.so", [gpu])
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "driver.c").write_text(_FAKE_DRIVER)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(fake / "libcuda.so.1"),
+                        str(fake / "driver.c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    src = tmp_path / "main.c"
+    src.write_text(_CUDA_MAIN)
+    exe = _compile("cc", src, "gpu.so", tmp_path, "-std=c99")
+    out = subprocess.run([str(exe)], capture_output=True, text=True,
+                         env={"LD_LIBRARY_PATH": str(fake)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    kernel = gpu.kernels[0].name
+    assert lines == [f"load {'cubin' if gpu._compiled.cubin else 'ptx'}",
+                     f"function {kernel}",
+                     f"launch {kernel} grid 16 1 1 block 64 1 1 n 1000", "rc 0", "rc 0"]

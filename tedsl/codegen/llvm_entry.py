@@ -8,11 +8,11 @@
   shapes and that no array the kernel writes overlaps another argument, binds the sizes and
   calls the body; ``torch.Tensor`` arguments are read through torch's DLPack exchange function
   (``self`` holds it, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
-  kernel ran, else ``self`` (a check failed, or
-  the body returned an error status): the caller takes the slow path, which raises the precise
-  error.  Kernels over more than ``GIL_BYTES`` of arrays run with the interpreter lock
-  released.  Its references into the interpreter are ``PY_INCREF``, ``PY_NONE``,
-  ``PY_ERR_CLEAR`` and the two thread-state calls, symbols the runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and the global
+  kernel ran, else ``self`` (a check failed, or the body returned an error status): the caller
+  takes the slow path, which raises the precise error.  Kernels over more than ``GIL_BYTES`` of
+  arrays run with the interpreter lock released.  Its references into the interpreter are
+  ``PY_INCREF``, ``PY_NONE``, ``PY_ERR_CLEAR`` and the two thread-state calls, symbols the
+  runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and the global
   ``<name>_ndarray_type`` (``id(numpy.ndarray)``, set again by a module loaded from the kernel
   cache).
 """

@@ -37,7 +37,7 @@ static struct {
   int (*MemAlloc)(uint64_t *, size_t);
   int (*MemsetD8)(uint64_t, unsigned char, size_t);
   int (*MemcpyDtoH)(void *, uint64_t, size_t);
-} tedsl_cu;
+} tedsl_cu;   /* loaded once; the first call is best made from one thread */
 
 #define TEDSL_SYM(field, name) \
   if (!(*(void **)&tedsl_cu.field = dlsym(h, name))) { \
@@ -123,24 +123,33 @@ def cuda_part(module, name, lib_name):
                if p["kind"] == "scalar" and p["dtype"].startswith(("int", "uint"))}
     names = dict(scalars, **sizes)
     out = [f'#include "{lib_name}.h"', "#include <string.h>", _DRIVER, _HELPERS]
+    cubin = module._compiled.cubin or b""
+    uses_status = any(kind == "status" for code in module.kernels for kind, _ in code.params)
     out += [f"static const char {name}_ptx[] =\n    {c_string(module._compiled.ptx)};",
+            f"static const unsigned char {name}_cubin[{max(1, len(cubin))}] = {{"
+            + ",".join(str(x) for x in cubin or b"\0") + "};",
             f"static void *{name}_cuda_fn[{len(module.kernels)}];",
-            f"static int {name}_cuda_loaded;", "",
+            f"static int {name}_cuda_loaded;", f"static uint64_t {name}_status_word;", "",
+            "/* Loads the CUDA driver and this kernel's code (the CUBIN, else the PTX compiled by",
+            " * the driver for the GPU) into the current context. */",
             f"int32_t {name}_cuda_status(void) {{",
             "  int32_t rc = tedsl_cuda_context();", "  if (rc) return rc;",
             f"  if (!{name}_cuda_loaded) {{", "    void *mod;",
+            f"    if ({'1' if cubin else '0'} && tedsl_cu.ModuleLoadData(&mod, {name}_cubin) == 0)"
+            " {} else",
             f"    if (tedsl_cu.ModuleLoadData(&mod, {name}_ptx) != 0) return TEDSL_ERR_CUDA;"]
     for i, code in enumerate(module.kernels):
         out.append(f'    if (tedsl_cu.ModuleGetFunction(&{name}_cuda_fn[{i}], mod, "{code.name}")'
                    " != 0) return TEDSL_ERR_CUDA;")
+    if uses_status:
+        out.append(f"    if (tedsl_cu.MemAlloc(&{name}_status_word, 4) != 0) "
+                   "return TEDSL_ERR_ALLOC;")
     out += [f"    {name}_cuda_loaded = 1;", "  }", "  return TEDSL_OK;", "}", "",
             f"int32_t {name}_packed(uint64_t *s) {{",
             f"  int32_t rc = {name}_cuda_status();", "  if (rc) return rc;",
-            "  uint64_t status = 0;"]
-    uses_status = any(kind == "status" for code in module.kernels for kind, _ in code.params)
+            f"  uint64_t status = {name}_status_word;", "  (void)status;"]
     if uses_status:
-        out += ["  if (tedsl_cu.MemAlloc(&status, 4) != 0) return TEDSL_ERR_ALLOC;",
-                "  if (tedsl_cu.MemsetD8(status, 0, 4) != 0) return TEDSL_ERR_CUDA;"]
+        out.append("  if (tedsl_cu.MemsetD8(status, 0, 4) != 0) return TEDSL_ERR_CUDA;")
     for i, code in enumerate(module.kernels):
         grid = [c_int_expr(code.kernel.grid.get(t, (E.Const(1, "int64"), []))[0], names)
                 for t in ("blockIdx.x", "blockIdx.y", "blockIdx.z")]
