@@ -288,8 +288,7 @@ CASES = {"elementwise": elementwise, "two_kernels": two_kernels, "tiled_matmul":
 
 
 # kernels with a known open bug: expected to fail until it is fixed (strict: a fix shows up)
-OPEN = {"row_max_rfactor": "the rfactor stage attached at the threadIdx reduce loop lowers its "
-                           "init store into the cross-thread reduction"}
+OPEN = {}
 
 
 def case_params():

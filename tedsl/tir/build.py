@@ -250,7 +250,7 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
         for k, c in enumerate(kids):
             if not _uses(c, stages):
                 continue
-            if all(_uses(c, {st}) for st in stages):          # producer and consumer both
+            if all(_uses(c, stages, st) for st in stages):    # producer and consumer both
                 if not _open(c, chain, stages):
                     continue
                 if type(c) is T.If:
@@ -285,18 +285,29 @@ def _flat(tree):
     return [x for c in tree.children for x in _flat(c)]
 
 
-def _uses(tree, stages):
-    """Whether ``tree`` runs an instance of ``stages``."""
+def _uses(tree, stages, only=None):
+    """Whether ``tree`` runs an instance of the producer / consumer pair ``stages`` that touches
+    the producer's buffer (an instance of stage ``only`` when given).
+
+    The consumer's reduction init reads nothing, so it does not count: counting it allocated
+    the buffer around the consumer's init, outside the loops of the chain (e.g. outside the
+    threadIdx loop an rfactor stage is attached at, which made the per-thread partial result
+    one buffer of a cross-thread reduction), and made a child holding the producer and only
+    the consumer's init look self-contained."""
     if type(tree) is T.User:
-        return tree.stmt.stage in stages
-    return any(_uses(c, stages) for c in T.children(tree))
+        st = tree.stmt.stage
+        if st not in stages or (only is not None and st is not only):
+            return False
+        return tree.stmt.kind != "init" or st.attach_stage in stages   # the producer's init
+    return any(_uses(c, stages, only) for c in T.children(tree))
 
 
 def _open(tree, chain, stages):
-    """Whether ``tree`` runs an instance of ``stages`` under no loop of ``chain``."""
+    """Whether ``tree`` runs an instance of ``stages`` (see ``_uses``) under no loop of
+    ``chain``."""
     t = type(tree)
     if t is T.User:
-        return tree.stmt.stage in stages
+        return _uses(tree, stages)
     if t in (T.Loop, T.Let) and tree.iv in chain:
         return False
     return any(_open(c, chain, stages) for c in T.children(tree))
