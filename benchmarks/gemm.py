@@ -1,10 +1,12 @@
 """Float32 GEMM (C = A @ B) against numpy/OpenBLAS over a sweep of sizes, 1 and 2 threads.
 
-The schedule is the end point of ``tutorials/02_optimize_matmul_cpu.py`` (``tedsl.cli``'s
-``gemm_template`` at its default knobs): B packed into panels of 32 columns, an 8×32 register
-tile accumulated in a local cache (unrolled rows, vectorized columns), k unrolled by 4, rows of
-tiles in parallel.  ``build_best(n)`` returns the built module (arguments A, B, C) so that other
-tools can measure it.
+The schedule is ``tedsl.cli.gemm_schedule`` (``gemm_template`` at its default knobs) with the
+register tile ``tedsl.cli.gemm_tile()`` detects for this CPU (14×32 with 32 zmm registers,
+6×16 with 16 ymm): A and B packed into panels, B panel by B panel in parallel (one panel stays
+in L2 while the A panels stream past it), the tile accumulated in registers (unrolled rows,
+vectorized columns), k unrolled by 4.  ``build_best(n)`` returns the built module (arguments
+A, B, C) so that other tools can measure it.  ``FmaPeak`` measures the machine's float32
+FMA peak (independent FMA chains in registers) in the same interleaved rounds.
 
 The sweep covers sizes that are multiples of the tile and sizes that are not (127, 255, 257,
 1000, 1023, 1025, 2000): full tiles run with constant extents and the partial tiles after them,
@@ -16,6 +18,7 @@ Run: ``python benchmarks/gemm.py [--quick] [n ...]``; writes the ``gemm`` sectio
 and, when matplotlib is installed, ``gemm_sweep.png`` (GFLOP/s against n).
 """
 import argparse
+import statistics
 import time
 
 import numpy as np
@@ -25,11 +28,13 @@ from common import (HERE, blas_threads, interleaved, machine_description, markdo
 
 import tedsl as te
 
-MR, NR, KU = 8, 32, 4
+from tedsl.cli import gemm_tile
+
+MR, NR, KU = gemm_tile()
 SIZES = [127, 128, 255, 256, 257, 512, 1000, 1023, 1024, 1025, 2000, 2048]
 QUICK = [256, 257, 1000, 1024]
 RECT = [(64, 4096, 1024), (4096, 64, 1024)]       # (M, N, K)
-TILE = 32                                          # lcm of the tile sizes 8, 32 and 4
+TILE = 32                   # the sweep's aligned sizes (multiples of 32; the row tile is MR)
 
 
 def schedule(n, mr=MR, nr=NR, ku=KU):
@@ -71,11 +76,72 @@ def measure(shape, rounds, threads):
     err = float(np.abs(c - ref).max() / np.abs(ref).max())
     assert err < 1e-5, f"gemm {shape} is wrong: relative error {err}"
     set_blas = blas_threads()
+    peak = FmaPeak()
     times = interleaved({"tedsl": (f.set_num_threads, lambda: f(a, b, c)),
-                         "numpy": (set_blas, lambda: np.dot(a, b, out=c))}, rounds, threads)
+                         "numpy": (set_blas, lambda: np.dot(a, b, out=c)),
+                         "peak": (peak.set_threads, peak)}, rounds, threads)
     flops = 2.0 * m * n * k
-    return {"shape": shape, "build": build_s, "err": err,
-            "gflops": {key: flops / t / 1e9 for key, t in times.items()}}
+    gflops = {key: flops / t / 1e9 for key, t in times.items() if key[0] != "peak"}
+    for nt in threads:
+        peak.set_threads(nt)
+        gflops[("peak", nt)] = peak.gflops(times[("peak", nt)])
+    return {"shape": shape, "build": build_s, "err": err, "gflops": gflops}
+
+
+class FmaPeak:
+    """The float32 FMA peak of this CPU, as a contender of ``interleaved`` (so that it is
+    measured under the same load as the kernels): each call runs, on each of ``threads``
+    threads, 24 independent chains of vector FMAs (whole SIMD registers) that stay in
+    registers; ``gflops(seconds)`` converts a call's time."""
+
+    ITERS = 400_000
+    CHAINS = 24
+
+    def __init__(self):
+        import ctypes
+        from tedsl.codegen.llvm_compile import JitEngine
+        from tedsl.codegen.target import parse, vector_bits
+        W = self.lanes = max(4, vector_bits(parse("llvm")) // 32)
+        T, fma = f"<{W} x float>", f"@llvm.fma.v{W}f32"
+        ir = [f"declare {T} {fma}({T}, {T}, {T})",
+              "define float @peak(i64 %n, float %x) {", "entry:",
+              f"  %x0 = insertelement {T} undef, float %x, i32 0",
+              f"  %xv = shufflevector {T} %x0, {T} undef, <{W} x i32> zeroinitializer",
+              "  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+        ir += [f"  %a{j} = phi {T} [zeroinitializer, %entry], [%b{j}, %loop]"
+               for j in range(self.CHAINS)]
+        ir += [f"  %b{j} = call {T} {fma}({T} %a{j}, {T} %xv, {T} %xv)"
+               for j in range(self.CHAINS)]
+        ir += ["  %i1 = add i64 %i, 1", "  %c = icmp slt i64 %i1, %n",
+               "  br i1 %c, label %loop, label %done", "done:"]
+        last = "%b0"
+        for j in range(1, self.CHAINS):
+            ir.append(f"  %s{j} = fadd {T} {last}, %b{j}")
+            last = f"%s{j}"
+        ir += [f"  %r = extractelement {T} {last}, i32 0", "  ret float %r", "}"]
+        self._engine = JitEngine("\n".join(ir))
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(
+            self._engine.address("peak"))
+        self.threads = 1
+
+    def set_threads(self, nt):
+        self.threads = nt
+
+    def __call__(self):
+        import threading             # ctypes releases the GIL during the call
+        ts = [threading.Thread(target=self._fn, args=(self.ITERS, 0.5))
+              for _ in range(self.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    def gflops(self, seconds):
+        return self.threads * 2 * self.lanes * self.CHAINS * self.ITERS / seconds / 1e9
+
+
+def _median_peak(results, nt):
+    return statistics.median(r["gflops"][("peak", nt)] for r in results.values())
 
 
 def _aligned(n):
@@ -104,9 +170,11 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
             if ref is not None and (ref, ref, ref) in results:
                 vs_al = f"{g / results[(ref, ref, ref)]['gflops'][('tedsl', nt)]:.2f}× ({ref})"
             rows.append([f"{n}" if square else f"{m}×{n}×{k}", nt, f"{g:.1f}", f"{gn:.1f}",
-                         f"{g / gn:.2f}×", vs_al, f"{r['build']:.2f}"])
+                         f"{g / gn:.2f}×", vs_al, f"{100 * g / r['gflops'][('peak', nt)]:.0f}%",
+                         f"{r['build']:.2f}"])
     table = markdown_table(["n (or M×N×K)", "threads", "tedsl GFLOP/s", "numpy GFLOP/s",
-                            "tedsl vs numpy", "vs nearest tile multiple", "build s"], rows)
+                            "tedsl vs numpy", "vs nearest tile multiple", "of FMA peak",
+                            "build s"], rows)
     series = {}
     for shape, r in results.items():
         if shape[0] == shape[1] == shape[2]:
@@ -117,9 +185,14 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
     png = save_plot(HERE / "gemm_sweep.png", series, "n (n×n×n float32)", "GFLOP/s",
                     "GEMM: tedsl (benchmark schedule) vs numpy")
     note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each, 0.15 s pause "
-            f"before each contender); numpy's OpenBLAS thread count set to match. Schedule: "
-            f"packed B panels of {NR}, {MR}×{NR} register tile, k unrolled by {KU}, parallel rows "
-            f"of tiles; full tiles separated from the partial ones. 'vs nearest tile multiple': "
+            f"before each contender); numpy's OpenBLAS thread count set to match. Schedule "
+            f"(tile detected from the SIMD width and register count): A and B packed into "
+            f"panels, {MR}×{NR} register tile, k unrolled by {KU}, B panels in parallel; full "
+            f"tiles separated from the partial ones, odd column tails as masked whole "
+            f"registers. 'of FMA peak': against `FmaPeak` (24 independent vector FMA chains per "
+            f"thread in registers), timed as a third contender of the same rounds; median peak "
+            + ", ".join(f"{_median_peak(results, nt):.0f} GFLOP/s with {nt} thread{'s' if nt > 1 else ''}" for nt in threads) +
+            f". 'vs nearest tile multiple': "
             f"tedsl's rate against the nearest size of the sweep that is a multiple of {TILE}. "
             f"Build s: lower + compile. Every result checked against float64 numpy "
             f"(max relative error {max(r['err'] for r in results.values()):.1e}).")

@@ -235,11 +235,11 @@ def bench(names=()):
 def gemm_template(cfg, n):
     """The built-in tuning template of ``python -m tedsl tune``: float32 ``C = A @ B``, n x n.
 
-    The schedule of ``benchmarks/gemm.py`` (B packed into column panels, a register tile
-    accumulated in a local cache, rows of tiles in parallel) with its choices as knobs:
-    ``tile_i`` x ``tile_j`` (the register tile shape, also the panel width), ``unroll_k``
+    The schedule of ``benchmarks/gemm.py`` (:func:`gemm_schedule`) with its choices as knobs:
+    ``tile_i`` x ``tile_j`` (the register tile shape, also the panel widths), ``unroll_k``
     (the reduction split and its inner part unrolled) and ``unroll_rows`` (unroll the tile's
-    rows or keep them a loop).
+    rows or keep them a loop).  The first candidate of each knob is the host's
+    :func:`gemm_tile`.
 
     Parameters
     ----------
@@ -254,17 +254,56 @@ def gemm_template(cfg, n):
     args : list of tedsl.Tensor
         ``[A, B, C]``.
     """
-    mr = cfg.define_split("tile_i", n, [f for f in (8, 4, 2, 16) if f <= n] or [n])
-    nr = cfg.define_split("tile_j", n, [f for f in (32, 16, 64, 8) if f <= n] or [n])
-    ku = cfg.define_split("unroll_k", n, [f for f in (4, 1, 2, 8) if f <= n] or [n])
+    mr0, nr0, ku0 = gemm_tile()
+    mr = cfg.define_split("tile_i", n, _candidates(mr0, (8, 4, 2, 16), n))
+    nr = cfg.define_split("tile_j", n, _candidates(nr0, (32, 16, 64, 8), n))
+    ku = cfg.define_split("unroll_k", n, _candidates(ku0, (4, 1, 2, 8), n))
     unroll_rows = cfg.define_knob("unroll_rows", [True, False])
     return gemm_schedule(n, n, n, mr, nr, ku, unroll_rows)
+
+
+def _candidates(first, others, n):
+    """``first`` then ``others`` (without repeats), those at most ``n``; ``[n]`` if none."""
+    out = [f for f in dict.fromkeys((first,) + tuple(others)) if f <= n]
+    return out or [n]
+
+
+def gemm_tile(target=None):
+    """``(mr, nr, ku)``: the float32 register tile of :func:`gemm_schedule` for a CPU target
+    (default: the host), from its detected SIMD width and register count.
+
+    The tile is ``mr`` rows by two vector registers of columns (``nr = 2 * lanes``): per step
+    of k it loads two vectors of B, broadcasts ``mr`` elements of A and issues ``2 * mr``
+    FMAs into ``2 * mr`` accumulator registers.  ``mr`` is the largest that keeps the
+    accumulators, the two B vectors and one broadcast in registers (no spilling): 14 x 32 with
+    32 zmm registers (AVX-512), 6 x 16 with 16 ymm registers (AVX2).  ``ku = 4``: the
+    reduction unrolled by 4."""
+    from .codegen import target as tg
+    tgt = tg.parse(target)
+    lanes = max(4, tg.vector_bits(tgt) // 32)
+    nv = 2
+    mr = (tg.vector_registers(tgt) - nv - 1) // nv
+    return mr, nv * lanes, 4
 
 
 def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
     """The schedule of :func:`gemm_template` for an (m x k) @ (k x n) float32 product with
     an ``mr`` x ``nr`` register tile and the reduction unrolled by ``ku``; returns
-    ``(s, [A, B, C])``."""
+    ``(s, [A, B, C])``.
+
+    * B is packed into panels of ``nr`` columns, ``Bp[j // nr, k, j % nr]`` (a panel is one
+      contiguous ``k x nr`` block), and A into panels of ``mr`` rows, ``Ap[i // mr, k,
+      i % mr]`` (the broadcasts of one k step are adjacent; unpacked, ``mr`` rows of a
+      power-of-two stride would fall into one set of the L1 cache).
+    * The loops run panel of B by panel (``j.outer`` outermost, in parallel: the panels are
+      split evenly between the threads), and inside it over all tiles of rows: the panel
+      (``k * nr * 4`` bytes) stays in the L2 cache while the A panels stream past it, where
+      the other order would stream all of B from L3 for every row tile.
+    * Each ``mr`` x ``nr`` tile is accumulated in a local cache over the whole of k
+      (registers after unrolling the rows and vectorizing the columns) and written once.
+    * Partial tiles (``m % mr``, ``n % nr``, ``k % ku``) run after the full ones with
+      constant-width bodies of their own (see ``tedsl.poly.astgen``).
+    """
     import tedsl as te
     A = te.placeholder((m, k_), "float32", name="A")
     B = te.placeholder((k_, n), "float32", name="B")
@@ -272,12 +311,16 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
     Bp = te.compute(((n + nr - 1) // nr, k_, nr),
                     lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
                     name="Bp")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
-                   name="C")
+    Ap = te.compute(((m + mr - 1) // mr, k_, mr),
+                    lambda x, y, z: te.if_then_else(x * mr + z < m, A[x * mr + z, y], 0.0),
+                    name="Ap")
+    C = te.compute((m, n), lambda i, j: te.sum(Ap[i // mr, k, i % mr] * Bp[j // nr, k, j % nr],
+                                               axis=k), name="C")
     s = te.create_schedule(C)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
-    s[CC].compute_at(s[C], jo)
+    s[C].reorder(jo, io, ii, ji)
+    s[CC].compute_at(s[C], io)
     ic, jc = s[CC].op.axis
     ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=ku)
     s[CC].reorder(ko, ki, ic, jc)
@@ -286,10 +329,11 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
         s[CC].unroll(ic)
     s[CC].vectorize(jc)
     s[C].vectorize(ji)
-    s[C].parallel(io)
+    s[C].parallel(jo)
     x, _, z = s[Bp].op.axis
     s[Bp].vectorize(z)
     s[Bp].parallel(x)
+    s[Ap].parallel(s[Ap].op.axis[0])
     return s, [A, B, C]
 
 

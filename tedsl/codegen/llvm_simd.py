@@ -2,7 +2,18 @@
 
 A loop of constant trip count ``W`` (or at most ``W``: the tail of a non-dividing split, run
 scalar when shorter) becomes one ``W``-lane body: the loop variable is the ramp
-``start + [0, 1, ..., W-1]`` and every expression is evaluated on vectors.  A loop longer than
+``start + [0, 1, ..., W-1]`` and every expression is evaluated on vectors.
+
+A width that is not a whole number of SIMD registers (the 31-column tail of a 32-wide tile)
+would make LLVM split every load and store into pieces of 16, 8, 4, 2 and 1 lanes and shuffle
+them together.  Such a body is padded instead to whole registers (or the next power of two
+below one register) under a constant mask of its ``W`` valid lanes: loads and stores of
+memory buffers become AVX-512 masked loads and stores (``llvm.masked.load/store``), a
+lane-uniform load stays one scalar load (lane 0 is always valid), and a contiguous access
+to a stack buffer (a register tile; stack buffers get ``PAD`` spare elements) loads whole
+registers and stores them back with the padded lanes' old values (a blend), which keeps the
+tile one vector value in registers.  A body whose padded lanes could trap (an integer
+division by a non-constant) keeps the exact width.  A loop longer than
 ``STRIP_FACTOR`` SIMD registers is strip-mined into one-register vectors plus a scalar tail, so
 that LLVM never sees a giant vector.  A body with loops or allocations runs as scalar code.
 """
@@ -15,14 +26,18 @@ from ..ir import expr as E
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
-from .llvm_expr import I64
-from .llvm_memory import _nodes
+from .llvm_expr import I1, I32, I64
+from .llvm_memory import _nodes, flat_index, split_lane
 
 STRIP_FACTOR = 4              # a vectorized loop longer than this many registers is strip-mined
+PAD = 64                      # spare elements of a stack buffer: the most lanes a body pads
 
 
 class SimdEmitter:
     """Mixin: ``_vector_for`` for loops of kind ``vectorized``."""
+
+    tail_mask = None       # the constant lane mask of a padded body (None: not padded)
+    valid_lanes = None     # its number of valid lanes
 
     def _vector_for(self, s):
         ext = simplify(E.binary("sub", s.hi, s.lo))
@@ -92,15 +107,97 @@ class SimdEmitter:
         self._serial_loop(s, stop, hi)
 
     def _vector_body(self, s, W, start_value=None):
+        Wp = _padded_width(W, self._machine_lanes(s.body)) if _pad_safe(s.body) else W
         start = E.Var(s.var.name + ".start", "int64")
         self.vars[start] = self.expr(s.lo) if start_value is None else start_value
-        saved = (self.lanes, self.lane_var, self.lane_start_var, set(self.vvars))
-        self.lanes, self.lane_var, self.lane_start_var = W, s.var, start
+        saved = (self.lanes, self.lane_var, self.lane_start_var, set(self.vvars), self.mask,
+                 self.tail_mask, self.valid_lanes)
+        self.lanes, self.lane_var, self.lane_start_var = Wp, s.var, start
+        if Wp != W:
+            mask = ir.Constant(ir.VectorType(I1, Wp), [1] * W + [0] * (Wp - W))
+            self.tail_mask, self.valid_lanes = mask, W
+            self.mask = mask if self.mask is None else self.b.and_(self.mask, mask)
+        else:
+            self.tail_mask = self.valid_lanes = None
         self.vvars = {s.var}
-        self.vars[s.var] = self.expr(N.Ramp(start, E.Const(1, "int64"), W))
+        self.vars[s.var] = self.expr(N.Ramp(start, E.Const(1, "int64"), Wp))
         self.stmt(s.body)
         del self.vars[s.var], self.vars[start]
-        self.lanes, self.lane_var, self.lane_start_var, self.vvars = saved
+        (self.lanes, self.lane_var, self.lane_start_var, self.vvars, self.mask,
+         self.tail_mask, self.valid_lanes) = saved
+
+    def _padded_access(self, buf, indices):
+        """How a padded body reaches ``buf[indices]``: ``"uniform"`` (one scalar load),
+        ``"stack"`` (a contiguous access to a stack buffer: exactly the valid lanes) or None
+        (the masked load / store of the memory layer)."""
+        if self.tail_mask is None or self.mask is not self.tail_mask:
+            return None
+        sp = split_lane(flat_index(buf, indices), self.lane_var, self.vvars)
+        if sp is None:
+            return None
+        if sp[1] == 0:
+            return "uniform"
+        if sp[1] == 1 and isinstance(self.bufptr.get(buf), ir.AllocaInstr):
+            return "stack"
+        return None
+
+    def alloca(self, ty, count=None, align=64):
+        """Stack buffers get ``PAD`` spare elements: a padded body reads and writes back whole
+        registers at the end of the buffer too."""
+        if isinstance(ty, ir.ArrayType):
+            ty = ir.ArrayType(ty.element, ty.count + PAD)
+        return super().alloca(ty, count, align)
+
+    def load(self, buf, indices, dtype):
+        how = self._padded_access(buf, indices)
+        if how is None:
+            return super().load(buf, indices, dtype)
+        saved, self.mask = self.mask, None      # lane 0 is valid; a stack buffer has room
+        try:
+            return super().load(buf, indices, dtype)
+        finally:
+            self.mask = saved
+
+    def store(self, s):
+        if self._padded_access(s.buffer, s.indices) != "stack":
+            return super().store(s)
+        # a whole-register read-modify-write: the padded lanes keep their values, and the
+        # register tile stays one vector value that LLVM keeps in registers
+        buf = s.buffer
+        val = self.bc(self.cast(self.expr(s.value), s.value.dtype, buf.dtype))
+        saved, self.mask = self.mask, None
+        try:
+            old = self._from_storage(super().load(buf, s.indices, buf.dtype), buf.dtype)
+        finally:
+            self.mask = saved
+        new = self._to_storage(self.b.select(self.tail_mask, val, old), buf.dtype)
+        base, _ = split_lane(flat_index(buf, s.indices), self.lane_var, self.vvars)
+        addr = self._addr(buf, self.expr(E.binary("add", base,
+                                                  E.cast(self.lane_start_var, "int64"))))
+        self.b.store(new, addr, align=max(1, dt.itemsize(buf.dtype)))
+
+
+def _padded_width(W, lanes):
+    """The width a ``W``-lane body runs at: whole registers of ``lanes`` (or the next power of
+    two below one register); ``W`` itself when it already is."""
+    if W <= 1 or W & (W - 1) == 0 or W % lanes == 0:
+        return W
+    if W < lanes:
+        return 1 << (W - 1).bit_length()
+    return -(-W // lanes) * lanes
+
+
+def _pad_safe(s):
+    """Whether padded lanes are harmless: no integer division or remainder by a value that
+    may be zero in a padded lane (a non-constant divisor)."""
+    bad = []
+    for e in _stmt_exprs(s):
+        for x in _nodes(e):
+            if type(x) is E.Binary and x.op in ("div", "floordiv", "floormod", "truncdiv",
+                                                "truncmod", "mod") and \
+                    dt.is_int(x.dtype) and not isinstance(x.b, E.Const):
+                bad.append(x)
+    return not bad
 
 
 def _stmt_exprs(s):

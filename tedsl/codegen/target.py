@@ -127,6 +127,12 @@ def vector_bits(target):
     return bits
 
 
+def vector_registers(target):
+    """The number of SIMD registers the CPU target's code may use: 32 with AVX-512
+    (zmm0-31), 16 with AVX/AVX2 or SSE on x86-64."""
+    return 32 if vector_bits(target) >= 512 else 16
+
+
 def _cpu_vector_bits(target):
     name, feats = host_cpu()
     cpu = target.mcpu or name

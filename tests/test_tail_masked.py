@@ -1,0 +1,77 @@
+"""Odd vector tails run as whole registers under a lane mask (masked loads and stores)."""
+import re
+
+import numpy as np
+import pytest
+
+import tedsl as te
+from conftest import check_kernel, rand
+from tedsl.codegen import target as tg
+from test_tail_separation import elementwise
+
+AVX512 = tg.vector_bits(tg.parse("llvm")) >= 512
+
+
+def scaled(n):
+    """``B = A * 2 + 1`` split by 32, the inner loop vectorized."""
+    return elementwise(n, factor=32)
+
+
+@pytest.mark.parametrize("n", [31, 63, 95, 1023, 70])
+def test_odd_tail_matches_numpy(n, rng):
+    s, A, B = scaled(n)
+    a = rand(rng, (n,))
+    check_kernel(s, [A, B], [a], a * 2 + 1)
+
+
+def test_31_lane_tail_is_padded_to_whole_registers():
+    s, A, B = scaled(63)          # a full 32-lane tile, then a 31-lane tail
+    mod = te.build(s, [A, B])
+    ll = mod.get_source("ll")
+    assert "<31 x float>" not in ll, ll
+    lanes = tg.vector_bits(tg.parse("llvm")) // 32
+    if 32 % lanes == 0:
+        assert "@llvm.masked.store.v32f32" in ll and "@llvm.masked.load.v32f32" in ll, ll
+    if AVX512:                    # the mask lives in a k register
+        assert re.search(r"vmovups\s+[^\n]*\{%k\d\}", mod.get_source("asm"))
+
+
+def test_register_tile_tail_matches_numpy(rng):
+    # the GEMM's last column panel is 31 wide: its accumulators live on the stack buffer
+    # C.local, read and written back as whole registers under the mask
+    from tedsl.cli import gemm_schedule
+    m, n, k = 30, 63, 21
+    s, args = gemm_schedule(m, n, k, 8, 32, 4)
+    a, b = rand(rng, (m, k)), rand(rng, (k, n))
+    check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
+
+
+def test_tail_with_condition_matches_numpy(rng):
+    n = 45
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: te.if_then_else(A[i] > 0.5, A[i] * 3, A[i] - 1), name="B")
+    s = te.create_schedule(B)
+    _, inner = s[B].split(B.op.axis[0], factor=32)
+    s[B].vectorize(inner)
+    a = rand(rng, (n,))
+    check_kernel(s, [A, B], [a], np.where(a > 0.5, a * 3, a - 1))
+
+
+def test_tail_with_integer_division_keeps_exact_width(rng):
+    # padded lanes would divide by a masked-off zero: such a body is not padded
+    n = 29
+    A = te.placeholder((n,), "int32", name="A")
+    D = te.placeholder((n,), "int32", name="D")
+    B = te.compute((n,), lambda i: A[i] // D[i], name="B")
+    s = te.create_schedule(B)
+    _, inner = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(inner)
+    a = rng.integers(-100, 100, n).astype(np.int32)
+    d = rng.integers(1, 9, n).astype(np.int32)
+    check_kernel(s, [A, D, B], [a, d], a // d)
+
+
+def test_padded_width():
+    from tedsl.codegen.llvm_simd import _padded_width
+    assert [_padded_width(w, 16) for w in (1, 6, 8, 16, 31, 40, 48, 64)] == \
+        [1, 8, 8, 16, 32, 48, 48, 64]
