@@ -272,10 +272,8 @@ def test_single_kernel_library_loads_as_a_module(tmp_path, rng):
     np.testing.assert_allclose(y, 1.5 * x[2:], rtol=1e-6)
 
 
-def test_cuda_kernel_exports_and_loads_without_a_gpu(tmp_path):
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler (cc) to export with")
-    from tedsl.runtime.cuda import driver
+def _double_it_cuda():
+    """``B = 2 A`` for CUDA, blocks of 64 threads (compiled by NVRTC; no GPU needed)."""
     n = te.var("n")
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: A[i] * 2, name="B")
@@ -284,9 +282,16 @@ def test_cuda_kernel_exports_and_loads_without_a_gpu(tmp_path):
     s[B].bind(bx, te.thread_axis("blockIdx.x"))
     s[B].bind(tx, te.thread_axis("threadIdx.x"))
     try:
-        gpu = te.build(s, [A, B], target="cuda -arch=sm_80", name="double_it")
+        return te.build(s, [A, B], target="cuda -arch=sm_80", name="double_it")
     except te.TedslError as e:
         pytest.skip(f"cannot compile CUDA here: {e}")
+
+
+def test_cuda_kernel_exports_and_loads_without_a_gpu(tmp_path):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to export with")
+    from tedsl.runtime.cuda import driver
+    gpu = _double_it_cuda()
     path = te.export_library(tmp_path / "mixed.so", [gpu, _shift_scale()])
     header = (tmp_path / "mixed.h").read_text()
     assert "int32_t double_it(const float *A, float *B, int64_t n);" in header
@@ -356,17 +361,7 @@ def test_cuda_launcher_against_a_stand_in_driver(tmp_path):
     for n = 0."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) to export with")
-    n = te.var("n")
-    A = te.placeholder((n,), name="A")
-    B = te.compute((n,), lambda i: A[i] * 2, name="B")
-    s = te.create_schedule(B)
-    bx, tx = s[B].split(B.op.axis[0], factor=64)
-    s[B].bind(bx, te.thread_axis("blockIdx.x"))
-    s[B].bind(tx, te.thread_axis("threadIdx.x"))
-    try:
-        gpu = te.build(s, [A, B], target="cuda -arch=sm_80", name="double_it")
-    except te.TedslError as e:
-        pytest.skip(f"cannot compile CUDA here: {e}")
+    gpu = _double_it_cuda()
     te.export_library(tmp_path / "gpu.so", [gpu])
     fake = tmp_path / "fake"
     fake.mkdir()
