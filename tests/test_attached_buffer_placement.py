@@ -18,6 +18,7 @@ from tedsl.tir import nodes as N
 from tedsl.tir.functor import visit
 from tedsl.transform.thread_analysis import accesses
 from conftest import check_kernel, rand
+from test_cuda_codegen import row_max_rfactor
 
 
 def allocations(func, name):
@@ -97,21 +98,8 @@ def test_rfactor_stage_at_a_thread_reduce_loop_is_allocated_per_thread():
     # the consumer's init (B = -inf) sits outside the threadIdx.x loop and reads nothing: the
     # partial result B.rf is allocated inside the thread loop only, so it is not mistaken for
     # a buffer the threads reduce into together
-    n, m = te.var("n"), te.var("m")
-    A = te.placeholder((n, m), "float32", name="A")
-    k = te.reduce_axis((0, m), name="k")
-    B = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="B")
-    s = te.create_schedule(B)
-    ko, ki = s[B].split(k, factor=48)
-    BF = s.rfactor(B, ki)
-    tx = s[B].op.reduce_axis[0]
-    bo, bi = s[B].split(B.op.axis[0], factor=4)
-    s[B].bind(bo, te.thread_axis("blockIdx.x"))
-    s[B].bind(bi, te.thread_axis("threadIdx.y"))
-    s[B].bind(tx, te.thread_axis("threadIdx.x"))
-    s[BF].compute_at(s[B], tx)
-    s[BF].set_scope("local")
-    func = te.lower(s, [A, B])
+    s, args, _, _ = row_max_rfactor()
+    func = te.lower(s, args)
     allocs = allocations(func, "B.rf")
     assert len(allocs) == 1 and not allocs[0][1], func
     text = str(func)
