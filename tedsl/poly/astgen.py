@@ -18,14 +18,19 @@ statement that has such a loop is therefore cut in two (by domain, not by schedu
 execution order and hence legality are unchanged):
 
 * the *full* part: the instances whose enclosing loop values give every vectorized or
-  unrolled loop of the statement its largest (constant) trip count, and
-* the *tail*: the rest.
+  unrolled loop of the statement its largest (constant) trip count,
+* for each cut loop, the instances partial in that loop only (constant extents in all the
+  others: the last column panel over every full row tile runs as fast as a full tile), and
+* the corners: the instances partial in two or more cut loops.
 
 isl then generates the parts as separate loops (it separates statements whose instances lie
 in disjoint ranges of a loop), so the full tiles run with constant extents and the tail runs
 after them with ``min`` bounds (a scalar, or for a constant size a narrower, vector epilogue).
-Only statements with a vectorized or unrolled loop of variable trip count are cut, and each
-at most once (the tail is not cut again), so the code at most doubles per such statement.
+Only statements with a vectorized or unrolled loop of variable trip count are cut, into at
+most ``k + 2`` pieces for ``k`` cut loops (one per register-tile dimension with a tail, so
+``k <= 3`` in practice); isl emits the corners, which lie in disjoint ranges, as separate
+nests, so a statement appears in at most ``2 ** k`` copies (7 for a GEMM tile with tails
+in rows, columns and k).
 Statements under GPU thread loops and the steps of a scan are left as they are.
 """
 from dataclasses import dataclass
@@ -33,7 +38,7 @@ from typing import Optional
 
 import islpy as isl
 
-from ..errors import InternalError
+from ..errors import InternalError, ScheduleError
 from ..ir import expr as E
 
 _T = isl.ast_expr_op_type
@@ -200,12 +205,18 @@ class AstConverter:
                                     stage), "int64")
             self.env[it] = var
             lo = E.cast(self.expr(node.for_get_init()), "int64")
+            shift = _shift_factor(stage, iv)
             self.active.append(var.name)
             try:
-                if node.for_is_degenerate():
+                if node.for_is_degenerate() and shift is None:
                     return Let(iv, stage, var, lo, self.node(node.for_get_body()))
-                hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
-                step = node.for_get_inc().get_val().to_python()
+                if node.for_is_degenerate():
+                    hi, step = E.binary("add", lo, E.Const(1, "int64")), 1
+                else:
+                    hi = E.cast(self._upper(node.for_get_cond(), it), "int64")
+                    step = node.for_get_inc().get_val().to_python()
+                if shift is not None:         # split(..., tail="shift_inwards")
+                    lo = E.binary("sub", hi, E.Const(shift, "int64"))
                 body = self.node(node.for_get_body())
             finally:
                 self.active.pop()
@@ -229,6 +240,47 @@ class AstConverter:
         if op == _T.lt:
             return ub
         raise InternalError(f"unexpected loop condition {cond.to_C_str()}")
+
+
+def _shift_factor(stage, iv):
+    """The factor of the split whose inner loop ``iv`` is, when that split shifts its tail
+    inwards: the loop then always runs the ``factor`` iterations ending at its upper bound
+    (the partial tile moved back onto the previous one; ``Stage.split`` checked that the
+    extent is at least ``factor`` and that recomputing is harmless)."""
+    for rel in getattr(stage, "relations", ()):
+        if getattr(rel, "inner", None) is iv and getattr(rel, "tail", "guard") == "shift_inwards":
+            return rel.factor
+    return None
+
+
+def check_shifted_tails(program):
+    """Refuse ``tail="shift_inwards"`` where a moved tile would leave the region computed for
+    it: a stage computed inside the tile (above the shifted loop) covers only the unshifted
+    tile, and a stage computed inside a consumer has a region smaller than its extent."""
+    stages = {s.stage for s in program.statements}
+    for st in stages:
+        for rel in getattr(st, "relations", ()):
+            if getattr(rel, "tail", "guard") != "shift_inwards":
+                continue
+            fix = f"split {rel.parent.name} of {st.name} with tail='guard'"
+            if getattr(st, "attach_type", None) == "scope":
+                raise ScheduleError(
+                    f"s[{st.name}].split({rel.parent.name}, tail='shift_inwards'): "
+                    f"{st.name} is computed at a loop of {st.attach_stage.name}, so it covers "
+                    "only the region that loop needs and a tile moved back would leave it; "
+                    f"{fix}")
+            leaf = list(st.leaf_iter_vars)
+            for p in stages:
+                if getattr(p, "attach_stage", None) is not st or p.attach_type != "scope":
+                    continue
+                inside = rel.inner in leaf and p.attach_ivar in leaf and \
+                    leaf.index(p.attach_ivar) >= leaf.index(rel.inner)
+                if not inside:
+                    raise ScheduleError(
+                        f"s[{st.name}].split({rel.parent.name}, tail='shift_inwards'): "
+                        f"{p.name} is computed at {p.attach_ivar.name} of {st.name}, for the "
+                        "unshifted tile, so the tile moved back would read values never "
+                        f"computed; {fix}, or compute {p.name} inside the shifted loop")
 
 
 # -- full / partial tile separation -----------------------------------------------------------
@@ -309,10 +361,13 @@ def _loop_cuts(program, width):
 def _pieces(program, width):
     """isl name -> (Statement, domain): every statement under cut loops in pieces.
 
-    With cut loops ``c1, ..., ck`` (outermost first) above it, a statement becomes the pieces
-    "c1 partial", "c1 full and c2 partial", ..., "all full": at every cut loop the statements
-    below it split at the same value, so isl emits the full tiles as one loop and the partial
-    tile after it, each holding whole tile instances."""
+    With cut loops ``c1, ..., ck`` above it, a statement becomes the pieces "all full",
+    "only ``ci`` partial" for each ``i`` (full in every other cut loop: e.g. the last panel
+    of columns over all full tiles of rows, the partial panel that holds most of the tail
+    work) and, when ``k > 1``, "partial in two or more" (the corner tiles, a small share of
+    the work, with ``min`` bounds).  At every cut loop the pieces split at the same value,
+    so isl emits the full tiles as one loop and the partial tile after it, each holding
+    whole tile instances."""
     cuts = _loop_cuts(program, width)
     out = {}
     for s in program.statements:
@@ -324,18 +379,29 @@ def _pieces(program, width):
             continue
         smap = s.schedule_map(program, width)
         space = smap.range().get_space()
+        heres = [one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
+                                                                   width - e - 1)
+                 for e, one in mine]
         full = isl.Set.universe(space)
-        for k, (e, one) in enumerate(mine):
-            here = one.insert_dims(isl.dim_type.set, 0, e).add_dims(
-                isl.dim_type.set, width - e - 1)
-            tail = smap.intersect_range(full.subtract(here)).domain().coalesce()
-            full = full.intersect(here)
+        for h in heres:
+            full = full.intersect(h)
+        done = smap.intersect_range(full).domain().coalesce()
+        if not done.is_empty():
+            out[s.name] = (s, done)
+        for k, h in enumerate(heres):
+            others = isl.Set.universe(space)
+            for j, g in enumerate(heres):
+                if j != k:
+                    others = others.intersect(g)
+            tail = smap.intersect_range(others.subtract(h)).domain().coalesce()
             if not tail.is_empty():
                 name = f"{s.name}_tail{k}"
                 out[name] = (s, tail.set_tuple_name(name))
-        part = smap.intersect_range(full).domain().coalesce()
-        if not part.is_empty():
-            out[s.name] = (s, part)
+                done = done.union(tail)
+        rest = dom.subtract(done).coalesce()
+        if not rest.is_empty():
+            name = f"{s.name}_tails"
+            out[name] = (s, rest.set_tuple_name(name))
     return out
 
 
@@ -343,6 +409,7 @@ def generate(program):
     """Run isl's AST generator on the program's schedule; returns the loop tree."""
     if not program.statements:
         return Block(())
+    check_shifted_tails(program)
     width = program.sched_width()
     pieces = _pieces(program, width)
     smap = None

@@ -159,7 +159,8 @@ def _rel_ivs(rel):
 def _map_rel(rel, ivmap):
     m = {iv: ivmap.get(iv, iv) for iv in _rel_ivs(rel)}
     if isinstance(rel, Split):
-        return Split(m[rel.parent], m[rel.outer], m[rel.inner], rel.factor, rel.nparts)
+        return Split(m[rel.parent], m[rel.outer], m[rel.inner], rel.factor, rel.nparts,
+                     rel.tail)
     return Fuse(m[rel.outer], m[rel.inner], m[rel.fused], rel.deferred)
 
 

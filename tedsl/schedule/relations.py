@@ -6,12 +6,17 @@ from ..ir import expr as E
 
 @dataclass(frozen=True, eq=False)
 class Split:
-    """``parent = outer * factor + inner`` (relative to the parent's begin)."""
+    """``parent = outer * factor + inner`` (relative to the parent's begin).
+
+    ``tail`` is how the last, partial tile runs: ``"guard"`` (its exact bounds) or
+    ``"shift_inwards"`` (a whole tile moved back to end at the extent, recomputing some
+    iterations)."""
     parent: E.IterVar
     outer: E.IterVar
     inner: E.IterVar
     factor: object   # int, or None when nparts is given
     nparts: object   # int or None
+    tail: str = "guard"
 
 
 @dataclass(frozen=True, eq=False)

@@ -116,11 +116,28 @@ class Stage:
 
     # -- loop transformations -------------------------------------------------------------
     @recorded
-    def split(self, parent, factor=None, nparts=None):
+    def split(self, parent, factor=None, nparts=None, tail=None):
         """Split ``parent`` into ``(outer, inner)``: ``parent = outer * factor + inner``.
 
         Give exactly one of ``factor`` (the inner extent) or ``nparts`` (the outer extent).
-        Non-dividing factors are legal; the tail gets exact bounds from isl.
+        Non-dividing factors are legal; ``tail`` says how the last, partial tile runs:
+
+        * ``"guard"`` (the default): the inner loop of the partial tile gets its exact
+          bounds; where the inner loop is vectorized or unrolled, the full tiles run with a
+          constant trip count and the partial tile runs separately after them (a narrower or
+          masked vector body, straight-line code with fewer copies).  Always correct.
+        * ``"shift_inwards"``: the partial tile becomes a whole tile moved back to end at the
+          extent, so every tile has the same constant trip count and some iterations run
+          twice.  Only for a loop of constant extent at least ``factor``, in a stage without
+          a reduction (recomputing an element must give the same value: an update that
+          reads what it writes would add twice).
+        * ``"round_up"``: run whole tiles past the extent.  Only when ``factor`` divides the
+          extent (then it is the same as ``"guard"``): tedsl allocates buffers to their
+          exact extents, so the extra iterations would read and write outside them.
+
+        ``None`` (or ``"auto"``) picks ``"guard"``: it never recomputes and never touches
+        memory outside the extent, and the separated full tiles are as fast as
+        ``shift_inwards`` tiles (which save only the partial tile's narrower body).
         """
         what = f"split({getattr(parent, 'name', parent)})"
         self._check_compute(what)
@@ -141,6 +158,9 @@ class Stage:
                 f"{what} on stage {self.name}: loop {parent.name} is bound to "
                 f"{attr.thread_tag}; split it first, then bind the parts "
                 f"(e.g. s[{self.name}].bind(outer, te.thread_axis(\"blockIdx.x\")))")
+        if tail not in (None, "auto", "guard", "shift_inwards", "round_up"):
+            raise ScheduleError(f"{what} on stage {self.name}: tail must be 'guard', "
+                                f"'shift_inwards' or 'round_up' (or None), got {tail!r}")
         val = factor if factor is not None else nparts
         key = "factor" if factor is not None else "nparts"
         v = _const_int(val) if isinstance(val, E.Expr) else val
@@ -170,10 +190,43 @@ class Stage:
             factor_v = v
             outer_ext = _ceildiv(ext, v) if ext is not None else None
             inner_ext = E.Const(v, "int32")
+        def split_tail(factor):
+            """The tail strategy, or a ScheduleError saying why the requested one is not
+            allowed here."""
+            if tail in (None, "auto", "guard"):
+                return "guard"
+            c = self.extent(parent)
+            c = _const_int(c) if c is not None else None
+            if tail == "round_up":
+                if c is not None and c % factor == 0:
+                    return "guard"
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: tail='round_up' runs whole tiles of "
+                    f"{factor} past the extent of {parent.name} "
+                    f"({c if c is not None else 'not constant'}), "
+                    "reading and writing outside buffers that tedsl allocates to their exact "
+                    "extents; use tail='guard' (exact bounds, full tiles separated) or "
+                    "tail='shift_inwards'")
+            if self.op.reduce_axis or parent.kind in ("reduce", "scan") or \
+                    isinstance(self.op, ScanOp):
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: tail='shift_inwards' recomputes iterations "
+                    "of the last tile, and this stage is a reduction: its update reads what it "
+                    "writes, so a recomputed element would be added twice; use tail='guard'")
+            if c is None or c < factor:
+                raise ScheduleError(
+                    f"{what} on stage {self.name}: tail='shift_inwards' moves the last tile "
+                    f"back to end at the extent, so the extent of {parent.name} must be a "
+                    f"constant of at least {factor} (it is "
+                    f"{self.extent(parent) if c is None else c}); use "
+                    "tail='guard'")
+            return "shift_inwards" if c % factor else "guard"
+
+        tail = split_tail(factor_v)
         kind = parent.kind if parent.kind != "scan" else "scan"
         outer = self._new_iv(f"{parent.name}.outer", kind, outer_ext)
         inner = self._new_iv(f"{parent.name}.inner", kind, inner_ext)
-        self.relations.append(Split(parent, outer, inner, factor_v, None))
+        self.relations.append(Split(parent, outer, inner, factor_v, None, tail))
         self.all_iter_vars += [outer, inner]
         self._replace_leaf(parent, [outer, inner])
         self.replaced_by[parent] = f"s[{self.name}].{what}"
