@@ -437,3 +437,22 @@ def test_unroll_limit_check_for_lower():
     s[B].unroll(i)
     func = te.lower(s, [A, B])
     assert check_unroll_limits(func) is func
+
+
+@pytest.mark.parametrize("rows", [40, 4])
+def test_unrolled_copies_of_a_loop_are_not_unrolled_again_by_llvm(rows, rng):
+    """Unrolling 40 rows of a 40-iteration loop asks for 40 loops, not 1600 bodies: past
+    16 copies the inner loops carry ``llvm.loop.unroll.disable`` (LLVM's optimizer took a
+    minute on the fully unrolled code: seed 101, case 4953); 4 copies are left to LLVM."""
+    A = te.placeholder((rows, 40), "float32", name="A")
+    B = te.placeholder((3,), "float32", name="B")
+    T = te.compute((3, rows, 40), lambda i, j, l: A[j, l] * B[i], name="T")
+    s = te.create_schedule(T)
+    s[T].unroll(T.op.axis[1])
+    f = te.build(s, [A, B, T])
+    assert ("llvm.loop.unroll.disable" in f.get_source("ll")) == (rows > 16)
+    a = rng.uniform(0.5, 1.5, (rows, 40)).astype("float32")
+    b = rng.uniform(0.5, 1.5, 3).astype("float32")
+    out = np.full((3, rows, 40), np.nan, "float32")
+    f(a, b, out)
+    np.testing.assert_allclose(out, a[None] * b[:, None, None], rtol=1e-6)

@@ -22,7 +22,7 @@ from .llvm_expr import I32
 from .llvm_memory import flat_index, split_lane
 from .llvm_omp import ParallelEmitter
 from .llvm_simd import SimdEmitter
-from .llvm_stmt import STACK_LIMIT, StmtEmitter
+from .llvm_stmt import LOOP_SELF, STACK_LIMIT, StmtEmitter
 
 __all__ = ["LLVMCodegen", "generate", "module_text", "written_buffers", "flat_index",
            "split_lane", "STACK_LIMIT"]
@@ -73,7 +73,8 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
 
 def module_text(cg, cpu, features):
     """The module's text with target attributes on every defined function."""
-    text = str(cg.module)
+    text = re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(LOOP_SELF) + r'\d+",',
+                  r'\1 = distinct !{ \1,', str(cg.module), flags=re.M)
     attrs = [f'"target-cpu"="{cpu}"', "nounwind"]
     if features:
         attrs.append(f'"target-features"="{features}"')

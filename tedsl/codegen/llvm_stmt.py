@@ -15,6 +15,7 @@ from .llvm_expr import I1, I32, I64, PTR, is_vec, storage_type
 from .llvm_memory import MemoryEmitter
 
 STACK_LIMIT = 32 * 1024       # bytes: larger or symbolic allocations go to the heap
+LOOP_SELF = "tedsl.loop.self."  # first operand of a loop id, replaced by the node itself
 
 
 class StmtEmitter(MemoryEmitter):
@@ -199,9 +200,19 @@ class StmtEmitter(MemoryEmitter):
         self.stmt(s.body)
         nxt = b.add(i, ir.Constant(I64, s.step))
         i.add_incoming(nxt, b.block)
-        b.branch(head)
+        back = b.branch(head)
+        if ("llvm.unroll", "disable") in tuple(s.annotations):
+            back.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
         b.position_at_end(end)
         del self.vars[s.var]        # out of scope: never captured by a later parallel region
+
+    def _loop_id(self, *options):
+        """Loop metadata with ``options``; ``module_text`` makes it the distinct, self-referential
+        node LLVM requires (llvmlite cannot write one)."""
+        m = self.module
+        opts = [m.add_metadata([ir.MetaDataString(m, o)]) for o in options]
+        self._loop_ids = getattr(self, "_loop_ids", 0) + 1
+        return m.add_metadata([ir.MetaDataString(m, f"{LOOP_SELF}{self._loop_ids}")] + opts)
 
     @staticmethod
     def _trip_count(b, lo, hi, step):

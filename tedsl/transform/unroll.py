@@ -37,7 +37,8 @@ def _stmt(s):
         _check_limit(s, ext)
         if isinstance(ext, E.Const) and ext.value // s.step <= MAX_UNROLL:
             # a constant trip count (the bounds may move with outer loops)
-            return N.seq([_subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i)))
+            body = _keep_inner_loops(s.body, -(-ext.value // s.step))
+            return N.seq([_subst_stmt(body, s.var, simplify(E.binary("add", lo, i)))
                           for i in range(0, ext.value, s.step)] or [N.Seq([])])
         top = _max_trip(ext)
         if top is not None and s.step == 1 and top <= MAX_UNROLL:
@@ -46,6 +47,27 @@ def _stmt(s):
                                    _subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i))))
                           for i in range(top)] or [N.Seq([])])
         return s.replace(kind="serial")
+
+
+# copies of serial loops made by one unroll above which LLVM may not unroll them again
+MAX_LOOP_COPIES = 16
+
+
+def _keep_inner_loops(body, copies):
+    """``body`` with its serial loops marked ``("llvm.unroll", "disable")`` when unrolling makes
+    more than ``MAX_LOOP_COPIES`` copies of them: the schedule asked for these copies, and LLVM's
+    own full unrolling of each copy multiplies the code again (40 copies of a 40-iteration loop
+    took a minute in LLVM's optimizer)."""
+    loops = []
+    visit(body, lambda x: loops.append(x) if type(x) is N.For and x.kind == "serial" else None)
+    if len(loops) * copies <= MAX_LOOP_COPIES:
+        return body
+
+    def mark(x):
+        if type(x) is N.For and x.kind == "serial":
+            return x.replace(annotations=tuple(x.annotations) + (("llvm.unroll", "disable"),))
+        return None
+    return rewrite(body, mark)
 
 
 def _check_limit(s, ext):
