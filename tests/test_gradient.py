@@ -250,3 +250,25 @@ def test_piecewise_preimage_range_falls_back_to_the_iterator_range(rng):
         _, _, err = check_gradient(Y, [X, B], [rng.uniform(0.5, 1.5, nv),
                                                rng.uniform(0.5, 1.5, mv)], head)
         assert max(err) <= TOL
+
+
+def test_invariant_factors_leave_the_sum_only_where_in_bounds(rng):
+    # layer_norm: the rsqrt of the row variance multiplies the row sums once per row
+    from tedsl import ops
+    X = te.placeholder((4, 6), F, name="X")
+    Y = ops.layer_norm(X)
+    g, = te.gradient(Y, [X])
+    s = te.create_schedule(g)
+    sums = [st.op for st in s.stages if st.op.tag == "gradient_gather"]
+    assert sums and not any("rsqrt" in repr(op.body[0]) for op in sums)
+    _check(Y, [X], _vals(rng, (4, 6)))
+    # S[i] is invariant in the sum over j but defined on 4 of the 6 rows of A: kept inside
+    A = te.placeholder((6,), F, name="A")
+    S = te.placeholder((4,), F, name="S")
+    W = te.placeholder((3,), F, name="W")
+    j = te.reduce_axis((0, 3), name="j")
+    Z = te.compute((4,), lambda i: te.sum(A[i] * S[i] * W[j] * A[i + 2], axis=j), name="Z")
+    gz, = te.gradient(Z, [A])
+    assert any("S[" in repr(st.op.body[0]) for st in te.create_schedule(gz).stages
+               if st.op.tag == "gradient_gather")
+    _check(Z, [A], _vals(rng, (6,)), [S, W], _vals(rng, (4,), (3,)))

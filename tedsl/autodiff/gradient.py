@@ -13,7 +13,8 @@ loads of ``X[i] * X[i]`` are one group) and turns the adjoint of that read into
   reader's iterators the index leaves free, restricted exactly to the preimage of each element
   (see ``preimage``); or, for a data-dependent index, ``<X>_grad_scatter_serial_<reader>``
   (tag ``gradient_scatter_serial``): the same sum over the reader's whole domain with the
-  index equality as a guard.
+  index equality as a guard.  Factors of the summand that do not depend on the sum's axes
+  multiply the sum once per element, in the accumulation stage (see ``factor``).
 """
 from ..errors import DefinitionError
 from ..ir import dtype as dt
@@ -24,6 +25,7 @@ from ..te.operation import compute
 from ..te.reducer import sum as rsum
 from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
 from .derivative import add, derivative, mul
+from .factor import split_invariant
 from .preimage import plan_read
 from .reducers import ReductionWeight
 
@@ -155,13 +157,19 @@ def _backprop(op, v, head, needed, adjoints, namer):
             where = g if where is None else E.logical("and", where, g)
         val = E.cast(substitute(val, plan.subst), X.dtype)
         acc = adjoints.setdefault(_key(X), _Adjoint(X))
+        zero = E.const(0, X.dtype)
         if not plan.free:
-            acc.terms.append((xvars, val if where is None else
-                              E.if_then_else(where, val, E.const(0, X.dtype))))
+            acc.terms.append((xvars, val if where is None else E.if_then_else(where, val, zero)))
             continue
+        outer, val = split_invariant(val, [v for v, _, _ in plan.free], X, xvars)
         name = namer(f"{X.name}_grad_{plan.form}_{op.name}")
-        acc.tensors.append(_gather_stage(X, xvars, plan.free, val, where, name,
-                                         f"gradient_{plan.form}"))
+        G = _gather_stage(X, xvars, plan.free, val, where, name, f"gradient_{plan.form}")
+        if outer is None:
+            acc.tensors.append(G)
+        else:               # the invariant factor once per element (0 where nothing reads X)
+            g = G[tuple(xvars)]
+            acc.terms.append((xvars, E.select(E.compare("ne", g, zero), E.binary("mul", outer, g),
+                                              zero)))
 
 
 def _materialize(acc, X, namer):
