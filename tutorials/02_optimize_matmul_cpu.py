@@ -13,14 +13,16 @@ scheduling decision at a time:
 5. **array packing**: copy ``B`` into contiguous column panels;
 6. **write cache**: accumulate each block in a small local buffer;
 7. **parallel**: rows of blocks on all cores;
-8. **register blocking**: a block small enough for the registers, with unrolled loops.
+8. **register blocking**: a block small enough for the registers, with unrolled loops;
+9. **cache-aware order**: the register tile sized for this CPU's registers, ``A`` packed too,
+   and the loops run panel of ``B`` by panel so that one panel stays in the L2 cache.
 
 The algorithm never changes; every step only adds to (or replaces one of) the decisions of the
 step before, so you can see exactly what each one buys.  A helper builds each step, checks it
 against numpy (float64 reference, on a poisoned output), times it interleaved with numpy,
 prints its loop nest and records a row in the table printed at the end.
 
-The last step is exactly the schedule of ``benchmarks/gemm.py``.  The numbers in the table are
+The last step is exactly the schedule of ``benchmarks/gemm.py`` (``tedsl.cli.gemm_schedule``).  The numbers in the table are
 measured when you run the file, on your machine; nothing here quotes timings.
 
 Run it with ``python tutorials/02_optimize_matmul_cpu.py`` (n = 1024, under a minute: the
@@ -302,11 +304,30 @@ FINAL = step("8 register tile", replace(replace(PARALLEL, "tile(32, 32)", tile(8
                                         order("ko", "ki", "rows", "cols"))
              + [unroll("ki"), unroll("rows")], panel=32)
 
+print("\nstep 8 decisions:", FINAL)
+
 # %%
-# This is the schedule of ``benchmarks/gemm.py``, restated: packed panels of 32 columns, an 8 × 32
-# register tile in a local cache computed per block, ``k`` split by 4 with both parts outside
-# the tile, ``k.inner`` and the rows unrolled, columns vectorized, rows of blocks in parallel.
-print("\nfinal decisions:", FINAL)
+# Step 9: a tile for this CPU, and a cache-aware loop order
+# ---------------------------------------------------------
+# Three changes make the last step the schedule of ``benchmarks/gemm.py``
+# (``tedsl.cli.gemm_schedule``; printed below):
+#
+# * the register tile comes from the CPU: ``gemm_tile()`` reads the SIMD width and the number
+#   of vector registers (32 with AVX-512, 16 with AVX2) and takes two registers of columns and
+#   as many rows as the accumulators, two ``B`` vectors and one broadcast leave room for:
+#   14 × 32 on AVX-512 (28 accumulators), 6 × 16 on AVX2;
+# * ``A`` is packed like ``B``, ``Ap[i // 14, k, i % 14]``: the 14 values broadcast per ``k``
+#   are adjacent instead of 14 rows apart (rows ``n`` floats apart share cache sets);
+# * the order: ``j.outer`` (the panels of ``B``) is the outermost loop, in parallel, and all
+#   row tiles run inside it.  One panel (``k × 32`` floats, 128 KiB for n = 1024) stays in
+#   the L2 cache while the ``A`` panels stream past it; with rows of tiles outermost, every
+#   row tile read all of ``B`` (4 MiB) from L3 again.
+from tedsl.cli import gemm_schedule, gemm_tile  # noqa: E402
+
+MR, NR, KU = gemm_tile()
+print(f"\n### 9 panel order: gemm_schedule(n, n, n, {MR}, {NR}, {KU}) "
+      f"(tile {MR} × {NR} detected for this CPU)")
+build_and_time("9 panel order", *gemm_schedule(N, N, N, MR, NR, KU))
 
 # %%
 # Results
