@@ -278,3 +278,22 @@ def test_trace_replays_onto_a_fresh_definition(rng):
     assert str(te.lower(s2, [A2, B2, C2])) == str(te.lower(s, [A, B, C]))
     a, b = rand(rng, (40, 24)), rand(rng, (24, 48))
     check_kernel(s2, [A2, B2, C2], [a, b], ref_mm(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_random_knob_combinations_dense_bias_relu(rng):
+    """What a search does: whole combinations of knob values (packing in cache with panels
+    outside, fusion off, odd tiles), each correct."""
+    X = te.placeholder((20, 24), name="X")
+    W = te.placeholder((40, 24), name="W")
+    bias = te.placeholder((40,), name="bias")
+    Y = ops.relu(ops.dense(X, W, bias))
+    space = sketch_space(Y)
+    assert {"dense.pack", "dense.order", "dense.fuse_consumer"} <= set(space)
+    x, w, b = rand(rng, (20, 24)), rand(rng, (40, 24)), rand(rng, (40,))
+    ref = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+    pick = np.random.default_rng(7)
+    combos = [{k: v[-1] for k, v in space.items()}]
+    combos += [{k: v[int(pick.integers(len(v)))] for k, v in space.items()} for _ in range(4)]
+    for params in combos:
+        s = auto_schedule(Y, params=params)
+        check_kernel(s, [X, W, bias, Y], [x, w, b], ref, rtol=1e-4, atol=1e-5)
