@@ -46,16 +46,12 @@ def _matches(name, got, want, **tol):
     return True
 
 
-# the default (first) knobs of gemm_template: the schedule of benchmarks/gemm.py
-DEMO_GEMM = {"tile_i": 8, "tile_j": 32, "unroll_k": 4, "unroll_rows": True}
-
-
 def schedule_matmul(n):
     """The demo's matmul ``C = A @ B`` on ``n x n`` float32 with the fast CPU schedule.
 
     This is :func:`gemm_template` at its default knobs (the schedule of
-    ``benchmarks/gemm.py``): B packed into column panels, an 8 x 32 register tile accumulated
-    in a local cache, k unrolled by 4, rows of tiles in parallel.
+    ``benchmarks/gemm.py``, :func:`gemm_schedule`): A and B packed into panels, the register
+    tile of :func:`gemm_tile` for this CPU, k unrolled by 4, panels of B in parallel.
 
     Returns
     -------
@@ -63,8 +59,8 @@ def schedule_matmul(n):
     args : list of tedsl.Tensor
         ``[A, B, C]``.
     """
-    from .tune.space import Space
-    return gemm_template(Space(DEMO_GEMM), n)
+    mr, nr, ku = gemm_tile()
+    return gemm_schedule(n, n, n, mr, nr, ku)
 
 
 def schedule_elementwise():
@@ -162,8 +158,8 @@ def demo(small=False):
     rows.append((f"exp(A)*B+1 n={n_ew}", build_ew, t_te, t_np, f"{gbs / t_te:.1f} GB/s"))
 
     # -- report ---------------------------------------------------------------------------
-    print("Lowered loops of the matmul (B packed into panels, an 8x32 register tile in a local "
-          "cache, k unrolled by 4, rows of tiles in parallel):\n")
+    print("Lowered loops of the matmul (A and B packed into panels, a register tile in a local "
+          "cache sized for this CPU, k unrolled by 4, panels of B in parallel):\n")
     print(lowered)
     print()
     print(_table(rows))
