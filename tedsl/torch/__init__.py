@@ -15,9 +15,9 @@ except ImportError as e:        # pragma: no cover - depends on the environment
     raise TedslError("tedsl.torch needs PyTorch: pip install 'tedsl[torch]' (or torch>=2.4)") \
         from e
 
-from .backend import (clear_cache, compile_graph, fallback_ops, reset_stats, summary,
-                      tedsl_backend)
+from .backend import (clear_cache, compile_graph, fallback_ops, reset_stats, set_num_threads,
+                      summary, tedsl_backend)
 from .custom_op import custom_op
 
 __all__ = ["tedsl_backend", "compile_graph", "custom_op", "summary", "fallback_ops",
-           "reset_stats", "clear_cache"]
+           "reset_stats", "clear_cache", "set_num_threads"]

@@ -49,6 +49,17 @@ def clear_cache():
     _KERNELS.clear()
 
 
+def set_num_threads(n):
+    """Threads for the parallel loops of every kernel built so far and built later."""
+    _THREADS[0] = int(n)
+    for k in _KERNELS.values():
+        if k is not None:
+            k.mod.set_num_threads(n)
+
+
+_THREADS = [None]
+
+
 def summary():
     """A readable account of what the backend compiled in this process."""
     lines = [f"tedsl.torch: {STATS['graphs']} graph(s), {STATS['kernels']} kernel call site(s), "
@@ -156,6 +167,8 @@ def _build_group(root, members, boundary, te_nodes, name):
         try:
             s = sched(out)
             mod = te.build(s, args, target="llvm", name=name)
+            if _THREADS[0]:
+                mod.set_num_threads(_THREADS[0])
             return Kernel(mod, [v.name for v in scalar_vars], len(members))
         except Exception as e:      # noqa: BLE001 - the next schedule, or eager PyTorch
             err = e

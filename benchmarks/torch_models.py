@@ -1,0 +1,155 @@
+"""Two small models through ``torch.compile``: eager PyTorch vs Inductor vs tedsl (inference).
+
+Models: a CNN (conv-bn-relu x2, max pool, linear; 3x32x32 input) and a transformer block
+(layer_norm, 4-head attention with matmul + softmax, GELU MLP; 32 tokens of width 64).  Batch 1
+and 32, 1 and 2 threads (``torch.set_num_threads`` and ``tedsl.torch.set_num_threads``).
+The contenders run interleaved (one round of each in turn) and the table shows the median of
+the rounds.  ``--profile`` prints tedsl's time per kernel for each model at batch 32.
+
+    python benchmarks/torch_models.py [--quick] [--profile] [--no-write]
+"""
+import argparse
+import statistics
+import time
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tedsl.torch as tt
+
+
+class CNN(nn.Module):
+    def __init__(self, c=16, hw=32, ncls=10):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, c, 3, padding=1), nn.BatchNorm2d(c)
+        self.c2, self.b2 = nn.Conv2d(c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c)
+        self.fc = nn.Linear(2 * c * (hw // 2) ** 2, ncls)
+
+    def forward(self, x):
+        x = F.relu(self.b1(self.c1(x)))
+        x = F.relu(self.b2(self.c2(x)))
+        return self.fc(F.max_pool2d(x, 2).flatten(1))
+
+
+class Block(nn.Module):
+    def __init__(self, d=64, heads=4, hidden=256):
+        super().__init__()
+        self.h = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        a = torch.softmax(q @ k.transpose(-1, -2) * (d // self.h) ** -0.5, -1) @ v
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def inputs(name, batch):
+    g = torch.Generator().manual_seed(0)
+    shape = (batch, 3, 32, 32) if name == "cnn" else (batch, 32, 64)
+    return torch.randn(*shape, generator=g)
+
+
+def timed_round(fn, x, number):
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn(x)
+    return (time.perf_counter() - t0) / number
+
+
+def profile(fn, x, number=20):
+    """tedsl's time per kernel step of the last compiled graph (seconds per call)."""
+    from tedsl.torch import backend as B
+    prog = B._LAST[-1]
+    per = {}
+    steps = prog.steps
+    orig = [s.__call__ for s in steps]
+    totals = [0.0] * len(steps)
+
+    def make(k, s):
+        call = type(s).__call__
+
+        def timed(env, syms):
+            t0 = time.perf_counter()
+            call(s, env, syms)
+            totals[k] += time.perf_counter() - t0
+        return timed
+    prog.steps = [make(k, s) for k, s in enumerate(steps)]
+    try:
+        for _ in range(number):
+            fn(x)
+    finally:
+        prog.steps = steps
+    del orig
+    for k, s in enumerate(steps):
+        name = getattr(s, "name", None) or type(s).__name__
+        kind = "kernel" if hasattr(s, "kernel") else "eager"
+        per[f"{kind} {name}"] = totals[k] / number
+    return per
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    ap.add_argument("--profile", action="store_true", help="per-kernel times at batch 32")
+    ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    args = ap.parse_args()
+    rounds = 5 if args.quick else 11
+    torch.manual_seed(0)
+    rows = []
+    ratios = []
+    for name, cls in (("cnn", CNN), ("transformer", Block)):
+        model = cls().eval()
+        for batch in (1, 32):
+            x = inputs(name, batch)
+            with torch.no_grad():
+                torch._dynamo.reset()
+                fns = {"eager": model,
+                       "inductor": torch.compile(model, backend="inductor"),
+                       "tedsl": torch.compile(model, backend="tedsl")}
+                ref = model(x)
+                t0 = time.perf_counter()
+                for k, f in fns.items():
+                    y = f(x)
+                    err = (y - ref).abs().max().item()
+                    if err > 1e-3:
+                        raise SystemExit(f"{name} batch {batch}: {k} differs by {err}")
+                compile_s = time.perf_counter() - t0
+                for threads in (1, 2):
+                    torch.set_num_threads(threads)
+                    tt.set_num_threads(threads)
+                    number = max(2, int(0.05 / max(timed_round(model, x, 2), 1e-6)))
+                    times = {k: [] for k in fns}
+                    for _ in range(rounds):
+                        for k, f in fns.items():
+                            times[k].append(timed_round(f, x, number))
+                    med = {k: statistics.median(v) for k, v in times.items()}
+                    rows.append((name, batch, threads, f"{med['eager'] * 1e6:.0f}",
+                                 f"{med['inductor'] * 1e6:.0f}", f"{med['tedsl'] * 1e6:.0f}",
+                                 f"{med['eager'] / med['tedsl']:.2f}",
+                                 f"{med['inductor'] / med['tedsl']:.2f}"))
+                    ratios.append(med['eager'] / med['tedsl'])
+                    print(" | ".join(str(c) for c in rows[-1]), flush=True)
+                if args.profile and batch == 32:
+                    per = profile(fns["tedsl"], x)
+                    print(f"-- {name} batch 32: tedsl per step (us), compile {compile_s:.0f} s")
+                    for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
+                        print(f"   {v * 1e6:8.1f}  {k}")
+    header = ("model", "batch", "threads", "eager (us)", "inductor (us)", "tedsl (us)",
+              "tedsl speed-up vs eager", "vs inductor")
+    table = common.markdown_table(header, rows)
+    print(table)
+    if not args.no_write:
+        common.write_results("torch_models", "## torch.compile: eager vs Inductor vs tedsl\n\n"
+                             "Inference, median of interleaved rounds; speed-ups > 1 mean tedsl "
+                             "is faster.  `python benchmarks/torch_models.py`.\n\n" + table)
+
+
+if __name__ == "__main__":
+    main()
