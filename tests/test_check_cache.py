@@ -66,6 +66,23 @@ def test_reorder_back_and_forth_is_checked_every_time(rng):
     check_wavefront(f, rng)
 
 
+def test_check_at_the_call_sees_a_reorder_since_the_last_check():
+    # the program of the last check at a call is reused only while the loops are the same:
+    # after the reorder the same call is refused at once
+    X, upd, sc = wavefront()
+    s = te.create_schedule(sc.op)
+    _, i, j = upd.op.axis
+    s[upd].reorder(j, i)
+    s[upd].parallel(i)
+    s[upd].parallel(i)                    # checked again, accepted again
+    s[upd].reorder(i, j)
+    with pytest.raises(te.DependenceError, match=r"^s\[upd\]\.parallel\(i\): loop i carries "
+                                                 r"a dependence(.|\n)*distance i \+1, j \+1"):
+        s[upd].parallel(i)
+    s[upd].reorder(j, i)
+    s[upd].parallel(i)
+
+
 def test_refusal_is_the_same_before_and_after_unrelated_primitives():
     A, B, C = matmul()
     s, (io, jo, ko, ki, ii, ji) = tiled(C)

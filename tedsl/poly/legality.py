@@ -6,6 +6,8 @@
   reduction's update depending on itself, which associativity lets us reorder (as TVM does).
 * Nested parallel loops are refused.
 """
+import threading
+
 import islpy as isl
 
 from ..errors import DependenceError, ScheduleError
@@ -128,15 +130,39 @@ def _carried_by(an, stage, iv, kind, tag=""):
     return deps
 
 
+_RECENT = []      # [(structure key, refs, Analysis)] of the schedules checked last
+_RECENT_MAX = 4
+_RECENT_LOCK = threading.Lock()
+
+
+def _analysis(schedule):
+    """The dependences of ``schedule`` for a check at a primitive call.  A schedule whose
+    structure (``program.structure_key``: stages, loops, attach points, scopes, thread-bound
+    loops) is unchanged since its last check reuses that check's program and analysis: the
+    annotations in between (parallel, vectorize, unroll) change neither.  ``lower`` always
+    builds its own program."""
+    from .deps import Analysis
+    from .program import build_program, structure_key
+    key, refs = structure_key(schedule)
+    with _RECENT_LOCK:
+        for i, (k, _, an) in enumerate(_RECENT):
+            if k == key:
+                _RECENT.insert(0, _RECENT.pop(i))
+                return an
+    an = Analysis(build_program(schedule))
+    with _RECENT_LOCK:
+        _RECENT.insert(0, (key, refs, an))
+        del _RECENT[_RECENT_MAX:]
+    return an
+
+
 def check_loop_kind(schedule, stage, iv, what):
     """Refuse ``parallel`` / ``vectorize`` / ``bind`` of a loop that carries a dependence."""
     if not isinstance(stage.op, ComputeOp) and not hasattr(stage.op, "scan_axis"):
         return
     if what.startswith("bind") and iv.kind == "reduce":
         return      # a cross-thread reduction: lowered with a combining step
-    from .deps import Analysis
-    from .program import build_program
-    an = Analysis(build_program(schedule))
+    an = _analysis(schedule)
     attr = stage.attrs.get(iv)
     kind = "thread" if what.startswith("bind") else what.split("(")[0]
     deps = _carried_by(an, stage, iv, kind, attr.thread_tag if attr is not None else "")

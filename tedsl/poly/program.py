@@ -342,6 +342,38 @@ def size_vars_of(schedule):
     return list(out)
 
 
+def _flat(v, refs):
+    """``v`` as a comparable value: numbers and strings as they are, containers element by
+    element, any other object by identity (its id, the object kept alive in ``refs``)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return ("seq",) + tuple(_flat(x, refs) for x in v)
+    if isinstance(v, (set, frozenset)):
+        return ("set",) + tuple(sorted((_flat(x, refs) for x in v), key=repr))
+    if isinstance(v, dict):
+        return ("map",) + tuple((_flat(k, refs), _flat(x, refs)) for k, x in v.items())
+    refs.append(v)
+    return ("id", id(v))
+
+
+def structure_key(schedule):
+    """``(key, refs)``: everything ``build_program`` reads from ``schedule``, comparable with
+    ``==`` while ``refs`` keeps its objects alive.  Every attribute of the schedule and of each
+    stage is in it (containers shallowly: their elements by identity), except the loop
+    annotations, of which only the loops bound to ``threadIdx`` shape the program (a shared
+    buffer's region spans them), and the primitive trace."""
+    refs = [schedule]
+    key = [_flat({k: v for k, v in vars(schedule).items() if not k.lstrip("_").startswith(
+        "trace")}, refs)]
+    for st in schedule.stages:
+        attrs = {k: v for k, v in vars(st).items() if k != "attrs"}
+        bound = [(iv, a.thread_tag) for iv, a in st.attrs.items()
+                 if a.kind == "thread" and a.thread_tag.startswith("threadIdx")]
+        key.append((_flat(st, refs), _flat(attrs, refs), _flat(bound, refs)))
+    return tuple(key), refs
+
+
 def build_program(schedule, pending="raise"):
     """The polyhedral statements of ``schedule`` (stages at the root, in dataflow order).
 
