@@ -36,6 +36,7 @@ _LAZY = {
     "gradient": "tedsl.autodiff",
     "export_library": "tedsl.runtime.export",
     "Library": "tedsl.runtime.export",
+    "decl_tensor_intrin": "tedsl.te.tensor_intrin",
 }
 
 
