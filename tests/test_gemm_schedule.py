@@ -1,0 +1,66 @@
+"""The benchmark's GEMM schedule: a register tile sized from the detected CPU, correct at odd
+and rectangular shapes, accumulators kept in registers."""
+import re
+
+import numpy as np
+import pytest
+
+import tedsl as te
+from conftest import check_kernel, loop_nest, rand
+from tedsl.cli import gemm_schedule, gemm_tile
+from tedsl.codegen import target as tg
+
+AVX512 = tg.vector_bits(tg.parse("llvm")) >= 512
+
+
+def test_tile_follows_the_detected_registers():
+    mr, nr, ku = gemm_tile()
+    lanes = max(4, tg.vector_bits(tg.parse("llvm")) // 32)
+    assert nr == 2 * lanes and ku == 4
+    # accumulators + two B vectors + one broadcast fit the register file
+    assert 2 * mr + 3 <= tg.vector_registers(tg.parse("llvm")) < 2 * (mr + 1) + 3
+    if AVX512:
+        assert (mr, nr) == (14, 32)
+        assert gemm_tile("llvm -mattr=-avx512f")[:2] == (6, 16)
+    assert gemm_tile("llvm -mcpu=haswell")[:2] == (6, 16)
+    assert gemm_tile("llvm -mcpu=skylake-avx512")[:2] == (14, 32)
+
+
+@pytest.mark.parametrize("shape", [(45, 70, 33), (14, 32, 8), (1, 1, 1), (64, 31, 17)])
+def test_odd_and_rectangular_shapes_match_numpy(shape, rng):
+    m, n, k = shape
+    mr, nr, ku = gemm_tile()
+    s, args = gemm_schedule(m, n, k, mr, nr, ku)
+    a, b = rand(rng, (m, k)), rand(rng, (k, n))
+    check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
+
+
+def test_two_threads_match_numpy(rng):
+    m, n, k = 57, 99, 40
+    mr, nr, ku = gemm_tile()
+    s, args = gemm_schedule(m, n, k, mr, nr, ku)
+    mod = te.build(s, args)
+    mod.set_num_threads(2)
+    a, b = rand(rng, (m, k)), rand(rng, (k, n))
+    check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
+                 mod=mod)
+
+
+def test_panels_of_b_outermost_in_parallel():
+    s, args = gemm_schedule(100, 100, 100, 14, 32, 4)
+    text = str(te.lower(s, args))
+    nest = loop_nest(text, "C.local[i.c, j.c] = C.local[i.c, j.c] +")
+    assert nest[0] == ("j.outer", "parallel", "0, 3"), nest
+    assert nest[1] == ("i.outer", "range", "0, 7"), nest
+    assert "Ap[i.outer, k.outer * 4 + k.inner, i.c] * Bp[j.outer," in text, text
+
+
+@pytest.mark.skipif(not AVX512, reason="the 14 x 32 tile is the AVX-512 one")
+def test_accumulators_stay_in_registers():
+    s, args = gemm_schedule(56, 64, 64, 14, 32, 4)
+    asm = te.build(s, args).get_source("asm")
+    blocks = re.split(r"\n(?=\.LBB)", asm)
+    kernel = max(blocks, key=lambda b: b.count("vfmadd"))
+    assert kernel.count("vfmadd231ps") >= 2 * 14 * 4, kernel     # k unrolled by 4
+    assert "rsp" not in kernel, kernel                            # no spill or reload
+    assert re.search(r"vmovups\s+[^\n]*%zmm", kernel), kernel      # B: whole-vector loads
