@@ -29,8 +29,10 @@ class Machine:
 
     @property
     def accumulators(self):
-        """Vector registers a register tile may keep its accumulators in."""
-        return 16 if self.vector_bits >= 512 else 12
+        """Vector registers a register tile may keep its accumulators in: the register file
+        (32 with AVX-512, 16 below) less the operands of one step (two column vectors, a
+        broadcast) and a spare."""
+        return 28 if self.vector_bits >= 512 else 12
 
 
 def _size(text):

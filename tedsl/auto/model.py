@@ -107,13 +107,14 @@ def vector_block(ext, lanes, max_regs=2):
 
 
 def row_block(ext, want):
-    """Rows of a register tile: a divisor of ``ext`` in ``[want/2, want]`` when there is one
-    (no tail), else ``want`` (or ``ext`` when smaller)."""
+    """Rows of a register tile: a divisor of ``ext`` within 15% of ``want`` when there is one
+    (no tail), else ``want`` (or ``ext`` when smaller; partial tiles run separately with
+    constant extents, so a tail costs little)."""
     if ext is None:
         return want
     if ext <= want:
         return max(1, ext)
-    for d in range(want, (want + 1) // 2 - 1, -1):
+    for d in range(want, -(-want * 85 // 100) - 1, -1):
         if d >= 1 and ext % d == 0:
             return d
     return want
@@ -136,16 +137,24 @@ def unroll_k(k_ext):
     return next(f for f in (4, 3, 2, 1) if k_ext % f == 0)
 
 
-def loop_order(m, op, loads, row_iv, col_iv):
+def loop_order(m, op, loads, row_iv, col_iv, nr):
     """``"ij"`` (row tiles outside: the column operand is streamed again for every row tile)
-    or ``"ji"`` (column panels outside: the row operand is streamed again for every panel).
-    ``"ji"`` when only the row operand fits in half the L2 cache (a short, wide product such
-    as dense layers: the weights stream once), else ``"ij"``; sizes are exact isl footprints
-    of the whole operands."""
+    or ``"ji"`` (column panels outside: the row operand is streamed again for every panel),
+    from exact isl footprints: ``"ji"`` when only the row operand fits in half the L2 cache (a
+    short, wide product such as a dense layer: the weights stream once), or when neither
+    operand fits but one column panel over the whole reduction does (a large GEMM: the panel
+    stays in L2 while the rows stream past); ``"ij"`` otherwise."""
     if row_iv is None:
         return "ij"
+    half = m.l2 // 2
+    col_loads = [ld for ld in loads if not ld.depends(row_iv.var)]
     rows = footprint(op, [ld for ld in loads if not ld.depends(col_iv.var)], {})
-    cols = footprint(op, [ld for ld in loads if not ld.depends(row_iv.var)], {})
-    if rows <= m.l2 // 2 < cols:
+    cols = footprint(op, col_loads, {})
+    if rows <= half < cols:
         return "ji"
+    if rows > half and cols > half:
+        panel = footprint(op, col_loads, {a: 1 for a in op.axis if a is not col_iv} |
+                          {col_iv: nr})
+        if panel <= half:
+            return "ji"
     return "ij"

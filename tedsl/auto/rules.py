@@ -405,12 +405,16 @@ class Sketch:
         pack = False
         if pack_t is not None:
             pack = self.k(f"{lab}.pack", True, [False])
-        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col),
+        rows_t = self.row_pack_candidate(op, row, col, mr0, nr0) if pack_t is not None else None
+        pack_rows = self.k(f"{lab}.pack_rows", True, [False]) if rows_t is not None else False
+        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
                        ["ij", "ji"]) if row is not None else "ij"
         host = self.host(op)
         if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
             host = op
         packed = pack_operand(s, s[op], pack_t, col.var, nr) if pack else None
+        if pack_rows and mr > 1:
+            pack_operand(s, s[op], rows_t, row.var, mr)
         if host is op:
             cc = s.cache_write(op.output(0), "local")
             T, cs, cop = s[op], s[cc], cc.op
@@ -466,6 +470,20 @@ class Sketch:
             if model.extent_of(row) >= 2 * mr and model.extent_of(col) > 2 * nr and \
                     any(ld.depends(r.var) for r in op.reduce_axis):
                 return ld.tensor
+        return None
+
+    def row_pack_candidate(self, op, row, col, mr, nr):
+        """The operand the rows of a large product read (``A[i, k]``): packed into panels of
+        ``mr`` rows, the broadcasts of one reduction step are adjacent (unpacked, ``mr`` rows
+        of a power-of-two stride fall into one set of the L1 cache)."""
+        if model.extent_of(row) < 4 * mr or model.extent_of(col) < 4 * nr:
+            return None
+        for ld in self.g.loads(op):
+            if pack_dim(ld, row.var) is None or ld.depends(col.var) or \
+                    any(const_int(x) is None for x in ld.tensor.shape) or \
+                    not any(ld.depends(r.var) for r in op.reduce_axis):
+                continue
+            return ld.tensor
         return None
 
     def tile_loops(self, st, axes, ci, ri, mr, nr, order):
