@@ -213,6 +213,10 @@ def _search_schedule(case):
         from tedsl.tune import auto as search
     except ImportError:
         return None
+    if not callable(search):            # the module rather than its function
+        search = getattr(search, "auto", None)
+    if search is None:
+        return None
     return search(case["outs"], "llvm", seconds=SEARCH_SECONDS)
 
 
