@@ -146,6 +146,8 @@ def main(argv=None):
     table = markdown_table(["kernel", "define + schedule (ms)", "lower (ms)", "build (ms)",
                             "total (ms)"], rows)
     machine = machine_description()
+    if hasattr(os, "getloadavg"):
+        machine += f"; load average {os.getloadavg()[0]:.1f} at the end"
     print(f"tedsl build time, medians of {a.runs} fresh processes per case and mode; {machine}")
     print(table)
     if not a.case:
