@@ -5,7 +5,8 @@
 over the matrix and allocates three temporaries; tedsl computes the sum and the output row by
 row, with the row in the L1 cache.
 
-Schedules (all vectorized 16 lanes, rows in parallel):
+Schedules (all vectorized by ``V``, the float32 lanes of one SIMD register of this CPU: 16 with
+AVX-512; rows in parallel; the figures below say 16):
 
 * ``fused``: the row maxima in a first pass (16 partial maxima per row by ``rfactor``), then
   per row (``compute_at`` the output's row loop) the 16 partial sums ``S16`` and the output.
@@ -30,9 +31,10 @@ import numpy as np
 from common import machine_description, markdown_table, write_results
 
 import tedsl as te
+from tedsl.codegen.target import parse, vector_bits
 
 ROWS, COLS = 4096, 1024
-V = 16            # SIMD lanes (float32, AVX-512)
+V = max(4, vector_bits(parse("llvm")) // 32)   # float32 SIMD lanes of this CPU (16: AVX-512)
 RB = 16           # rows per parallel iteration
 ROUNDS = 5
 BLOCK_S = 0.1           # each contender runs this long per round; the median call is kept
@@ -150,8 +152,8 @@ def main(rounds=ROUNDS):
     note = (f"Median over {rounds} interleaved rounds of the median call in a {BLOCK_S:.1f} s "
             f"block per contender. "
             f"numpy: `e = np.exp(x - x.max(1, keepdims=True)); e / e.sum(1, keepdims=True)` "
-            f"(single-threaded). fused: maxima pass (rfactor, 16 lanes), then per row "
-            f"(`compute_at`) 16 partial sums and the output; `exp` inlined, so evaluated twice. "
+            f"(single-threaded). fused: maxima pass (rfactor, {V} lanes), then per row "
+            f"(`compute_at`) {V} partial sums and the output; `exp` inlined, so evaluated twice. "
             f"Full per-row fusion of the maxima is blocked by tedsl limitations (compute_at "
             f"needs a single reader; nested compute_at fails to lower). Checked against float64 "
             f"numpy (max relative error < 1e-5).")
@@ -163,7 +165,7 @@ def main(rounds=ROUNDS):
 
 
 SIZE_SWEEP = [((4096, 1024), "aligned"), ((4096, 1023), "odd columns"),
-              ((4095, 1000), "odd rows, columns not a multiple of 16"),
+              ((4095, 1000), f"odd rows, columns not a multiple of {V}"),
               ((4093, 1025), "odd rows and columns")]
 
 
@@ -197,8 +199,9 @@ def sizes(rounds=ROUNDS, quick=False):
                          f"{g / rate[(sweep[0][0], nt)]:.2f}×"])
     table = markdown_table(["softmax (rows × columns)", "kind", "threads", "Gelem/s",
                             "vs aligned"], rows)
-    note = (f"The three-pass schedule (maxima and sums by rfactor over 16 lanes, output "
-            f"vectorized by 16, rows in parallel blocks of {RB}); median over {rounds} "
+    note = (f"The three-pass schedule (maxima and sums by rfactor over {V} lanes, output "
+            f"vectorized by {V}, rows in parallel blocks of {RB}); odd tails as masked whole "
+            f"registers; median over {rounds} "
             f"interleaved rounds of the median call in a {BLOCK_S:.1f} s block.")
     print(table)
     print(note)

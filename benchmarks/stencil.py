@@ -3,8 +3,9 @@ sizes that are not, against numpy.
 
 ``Y[i, j] = 0.2 * (X[i+1, j+1] + X[i, j+1] + X[i+2, j+1] + X[i+1, j] + X[i+1, j+2])`` for the
 ``m × m`` interior of an ``(m + 2) × (m + 2)`` grid.  Schedule: rows in parallel blocks of 8,
-columns split by 16 with the inner loop vectorized.  Full vector tiles run with a constant
-width and the last partial tile of each row runs after them, so an odd width should keep
+columns split by the SIMD width (16 float32 lanes with AVX-512) with the inner loop vectorized.
+Full vector tiles run with a constant width and the last partial tile of each row runs after
+them (an odd width as whole registers under a lane mask), so an odd width should keep
 about the rate of an aligned one.
 
 Run: ``python benchmarks/stencil.py [--quick]``; writes the ``stencil`` section of RESULTS.md.
@@ -16,8 +17,9 @@ import numpy as np
 from common import interleaved, machine_description, markdown_table, write_results
 
 import tedsl as te
+from tedsl.codegen.target import parse, vector_bits
 
-V = 16            # float32 lanes (AVX-512)
+V = max(4, vector_bits(parse("llvm")) // 32)   # float32 SIMD lanes of this CPU (16: AVX-512)
 RB = 8            # rows per parallel iteration
 SIZES = [(1024, "aligned"), (1023, "odd"), (1025, "odd"), (1000, "odd"), (2048, "aligned"),
          (2047, "odd")]

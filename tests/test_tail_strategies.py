@@ -1,7 +1,6 @@
 """split(..., tail="guard" | "shift_inwards" | "round_up"): results and refusals."""
 import re
 
-import numpy as np
 import pytest
 
 import tedsl as te

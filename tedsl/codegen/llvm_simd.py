@@ -26,7 +26,7 @@ from ..ir import expr as E
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
-from .llvm_expr import I1, I32, I64
+from .llvm_expr import I1, I64
 from .llvm_memory import _nodes, flat_index, split_lane
 
 STRIP_FACTOR = 4              # a vectorized loop longer than this many registers is strip-mined
