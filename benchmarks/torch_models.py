@@ -64,34 +64,29 @@ def timed_round(fn, x, number):
 
 
 def profile(fn, x, number=20):
-    """tedsl's time per kernel step of the last compiled graph (seconds per call)."""
+    """tedsl's time per step of the last compiled graph (seconds per call)."""
     from tedsl.torch import backend as B
     prog = B._LAST[-1]
-    per = {}
     steps = prog.steps
-    orig = [s.__call__ for s in steps]
-    totals = [0.0] * len(steps)
+    totals = {s: 0.0 for s in steps}
 
-    def make(k, s):
-        call = type(s).__call__
-
-        def timed(env, syms):
+    def timed(s):
+        def run(env, syms):
             t0 = time.perf_counter()
-            call(s, env, syms)
-            totals[k] += time.perf_counter() - t0
-        return timed
-    prog.steps = [make(k, s) for k, s in enumerate(steps)]
+            s(env, syms)
+            totals[s] += time.perf_counter() - t0
+        return run
+    prog.steps = [timed(s) for s in steps]
     try:
         for _ in range(number):
             fn(x)
     finally:
         prog.steps = steps
-    del orig
+    out = {}
     for k, s in enumerate(steps):
-        name = getattr(s, "name", None) or type(s).__name__
         kind = "kernel" if hasattr(s, "kernel") else "eager"
-        per[f"{kind} {name}"] = totals[k] / number
-    return per
+        out[f"{kind} {getattr(s, 'name', k)}"] = totals[s] / number
+    return out
 
 
 def main():

@@ -229,10 +229,7 @@ def train_step_matches(model, x, allowed_eager):
 
 def test_cnn_forward_and_training_step():
     model = SmallCNN()
-    train_step_matches(model, rand(2, 3, 8, 8),
-                       {"aten.convolution_backward.default",
-                        "aten.max_pool2d_with_indices.default",
-                        "aten.max_pool2d_with_indices_backward.default"})
+    train_step_matches(model, rand(2, 3, 8, 8), set())     # conv and pool gradients lowered
 
 
 def test_transformer_block_forward_and_training_step():

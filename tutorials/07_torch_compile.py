@@ -106,11 +106,11 @@ train_step("transformer block", Block(), torch.randn(batch, 4 if SMALL else 32,
 ######################################################################
 # Ops run eagerly
 # ---------------
-# The summary above lists the aten ops that ran in eager PyTorch (for the CNN's backward:
-# the convolution gradients, and max pooling, whose indices output has no lowering).  The
-# same list is ``tedsl.torch.fallback_ops()``; the ``tedsl.torch`` logger prints one line per
-# compiled graph (``logging.basicConfig(level=logging.INFO)`` shows it).  An op without a
-# lowering never makes compilation fail:
+# The summaries above list the aten ops that ran in eager PyTorch: none, for both models
+# (the convolution and max pooling gradients are lowered too).  The same list is
+# ``tedsl.torch.fallback_ops()``; the ``tedsl.torch`` logger prints one line per compiled
+# graph (``logging.basicConfig(level=logging.INFO)`` shows it).  An op without a lowering
+# never makes compilation fail; it runs eagerly and is listed:
 
 f = torch.compile(lambda x: torch.cumsum(torch.relu(x) * 2.0, dim=1) + 1.0, backend="tedsl")
 tedsl.torch.reset_stats()

@@ -318,8 +318,7 @@ def compile_graph(gm, example_inputs=None, graph_name="graph"):
         boundary = []
         for n in mem:
             for x in te_nodes[n].ins:
-                if (x not in te_nodes or x in stored_set or x not in mem) and x not in mem \
-                        and x not in boundary:
+                if x not in mem and x not in boundary:
                     boundary.append(x)
         key = _group_key(r, mem, boundary, te_nodes)
         if key in _KERNELS:

@@ -24,6 +24,10 @@ from .values import DTYPES, Lazy, Symbols, of_tensor
 import tedsl as te
 
 
+RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+            torch.ops.aten.reshape.default)
+
+
 class TeNode:
     """A node that lowers to te: its kind, lowering, output index (multi-output ops) and the
     FX nodes of its tensor inputs."""
@@ -230,7 +234,7 @@ def plan(graph, te_nodes):
                 ext = True
         return out, ext
 
-    stored, eager_views = set(), set()
+    stored, eager_views, boundary_views = set(), set(), set()
     groups = {}         # node -> frozenset of kernel roots it flows into
     reductions = {}     # root -> count of reductions fused in its kernel
     heavy_read = {}
@@ -268,6 +272,17 @@ def plan(graph, te_nodes):
             if tn.kind in ("reduce", "heavy"):
                 (g,) = gs
                 reductions[g] += 1
+    # a reshape of a stored value or of a graph input is a zero-copy PyTorch view passed to
+    # the kernels as it is (they read it without the div/mod of a reshape's index map)
+    for n in order:
+        tn = te_nodes[n]
+        if tn.kind == "view" and n.target in RESHAPES and len(tn.ins) == 1:
+            x = tn.ins[0]
+            if (x not in te_nodes or x in stored or x in boundary_views) and \
+                    x.op != "get_attr":
+                boundary_views.add(n)
+                eager_views.add(n)
+    stop = stored | boundary_views
     members = {}
     for r in stored:
         seen, out = set(), []
@@ -277,12 +292,12 @@ def plan(graph, te_nodes):
                 return
             seen.add(n)
             for x in te_nodes[n].ins:
-                if x in te_nodes and x not in stored:
+                if x in te_nodes and x not in stop:
                     visit(x)
             out.append(n)
         seen.add(r)
         for x in te_nodes[r].ins:
-            if x in te_nodes and x not in stored:
+            if x in te_nodes and x not in stop:
                 visit(x)
         out.append(r)
         members[r] = out
