@@ -19,6 +19,7 @@ from llvmlite import ir
 from ..tir import nodes as N
 from .llvm_entry import EntryEmitter, written_buffers
 from .llvm_expr import I32
+from .llvm_intrin import check_features
 from .llvm_memory import flat_index, split_lane
 from .llvm_omp import ParallelEmitter
 from .llvm_simd import SimdEmitter
@@ -73,6 +74,7 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
 
 def module_text(cg, cpu, features):
     """The module's text with target attributes on every defined function."""
+    check_features(cg, cpu, features)
     text = re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(LOOP_SELF) + r'\d+",',
                   r'\1 = distinct !{ \1,', str(cg.module), flags=re.M)
     attrs = [f'"target-cpu"="{cpu}"', "nounwind"]

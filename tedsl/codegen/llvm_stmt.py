@@ -11,6 +11,7 @@ from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.simplify import simplify
+from . import llvm_intrin
 from .llvm_expr import I1, I32, I64, PTR, is_vec, storage_type
 from .llvm_memory import MemoryEmitter
 
@@ -97,6 +98,9 @@ class StmtEmitter(MemoryEmitter):
 
     def _s_Barrier(self, s):
         pass
+
+    def _s_IntrinCall(self, s):
+        llvm_intrin.emit(self, s)
 
     def _s_LetStmt(self, s):
         v = self.expr(s.value)

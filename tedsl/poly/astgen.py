@@ -287,7 +287,7 @@ def check_shifted_tails(program):
 
 def _constant_loops(program, stmt):
     """Schedule positions of the statement's loops that want a constant trip count
-    (vectorized or unrolled); None when the statement must not be cut."""
+    (vectorized, unrolled or tensorized); None when the statement must not be cut."""
     if stmt.kind not in ("compute", "init", "update"):
         return None
     dims = []
@@ -301,7 +301,8 @@ def _constant_loops(program, stmt):
         kind = attr.kind if attr is not None else "serial"
         if kind == "thread":
             return None
-        if kind in ("vectorize", "unroll"):
+        if kind in ("vectorize", "unroll") or attr is not None and \
+                any(p[0] in ("tensorize", "tensorize_inner") for p in attr.pragmas):
             dims.append(d)
     return dims
 

@@ -440,6 +440,12 @@ class Stage:
         old = self.attrs.get(iv, IterAttr())
         self.attrs[iv] = IterAttr(old.kind, old.thread_tag, old.pragmas + ((name, value),))
 
+    def tensorize(self, loop, intrin):
+        """Replace ``loop`` and the loops below it by the intrinsic ``intrin`` (from
+        ``te.decl_tensor_intrin``); see :mod:`tedsl.schedule.tensorize`."""
+        from .tensorize import tensorize
+        tensorize(self, loop, intrin)
+
     # -- attachment -----------------------------------------------------------------------
     @recorded
     def compute_inline(self):

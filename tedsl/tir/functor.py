@@ -15,6 +15,9 @@ def map_exprs(s, fexpr):
         return N.Store(s.buffer, [fexpr(i) for i in s.indices], fexpr(s.value))
     if t is N.Evaluate:
         return N.Evaluate(fexpr(s.value))
+    if t is N.IntrinCall:
+        return N.IntrinCall(s.name, [N.Region(r.buffer, [fexpr(i) for i in r.indices])
+                                     for r in s.regions], s.attrs)
     return s
 
 

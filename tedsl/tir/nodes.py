@@ -167,6 +167,29 @@ class Barrier(Stmt):
     __slots__ = ()
 
 
+class Region:
+    """The block of ``buffer`` starting at element ``indices`` (one index per dimension) that an
+    intrinsic reads or writes; its shape and layout are the intrinsic's declaration."""
+    __slots__ = ("buffer", "indices")
+    __hash__ = object.__hash__
+
+    def __init__(self, buffer, indices):
+        self.buffer, self.indices = buffer, tuple(E.as_expr(i) for i in indices)
+
+    def __repr__(self):
+        return f"{self.buffer.name}[{', '.join(expr_str(i) for i in self.indices)}]"
+
+
+class IntrinCall(Stmt):
+    """A hardware intrinsic applied to buffer regions (``tensorize``'s replacement of a loop
+    nest): ``name`` selects the code generator's emitter, ``regions`` are its operands
+    (outputs first) and ``attrs`` a tuple of ``(key, value)`` pairs it reads."""
+    __slots__ = ("name", "regions", "attrs")
+
+    def __init__(self, name, regions, attrs=()):
+        self.name, self.regions, self.attrs = name, tuple(regions), tuple(attrs)
+
+
 class PrimFunc:
     """A lowered kernel: parameters (buffers and scalar vars), body, and the size variables
     that are bound from the argument shapes."""
@@ -214,4 +237,4 @@ def seq(stmts):
 
 
 __all__ = ["Buffer", "BufferLoad", "Ramp", "Broadcast", "For", "LetStmt", "Seq", "IfThen",
-           "Store", "Allocate", "Evaluate", "Barrier", "PrimFunc", "expr_str"]
+           "Store", "Allocate", "Evaluate", "Barrier", "Region", "IntrinCall", "PrimFunc", "expr_str"]

@@ -51,6 +51,8 @@ def _lines(s, ind, out):
         out.append(f"{pad}{expr_str(s.value)}")
     elif t is N.Barrier:
         out.append(f"{pad}barrier()")
+    elif t is N.IntrinCall:
+        out.append(f"{pad}{s.name}({', '.join(map(repr, s.regions))})")
     else:
         out.append(f"{pad}<{t.__name__}>")
 

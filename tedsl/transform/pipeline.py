@@ -12,13 +12,14 @@ Shared (``lower``)
     6. ``normalize_loops``        unit-step loops start at 0
     7. ``fuse_loops``             join the parts of fuses over symbolic extents
     8. ``simplify``               resolve ``//``, ``%``, ``min`` and guards with loop ranges
-    9. ``check_defined``          every variable is an argument, a size or bound
+    9. ``tensorize``              nests marked by ``s[T].tensorize`` -> the intrinsic
+    10. ``check_defined``         every variable is an argument, a size or bound
 
 CPU (``prepare_llvm``, then ``codegen.llvm``)
-    10. ``unroll``                expand ``unrolled`` loops with constant bounds
+    11. ``unroll``                expand ``unrolled`` loops with constant bounds
 
 GPU (``runtime.cuda_module.build_cuda``, then ``codegen.cuda`` and NVRTC)
-    10. ``lower_threads``         kernels, launch geometry, shared memory, barriers
+    11. ``lower_threads``         kernels, launch geometry, shared memory, barriers
 
 With ``TEDSL_VERIFY=1`` in the environment (the test suite sets it) the cheap structural
 verifier :func:`tedsl.transform.verify.check` runs after every pass from 4 on.
@@ -32,6 +33,7 @@ from . import simplify as simplify_pass
 from . import verify
 from .fuse_loops import fuse_loops
 from .normalize import normalize_loops
+from .tensorize import tensorize
 from .unroll import unroll
 
 
@@ -58,10 +60,11 @@ def lower(s, args, name="main", simple_mode=False):
     func = _run(normalize_loops, func, "normalize_loops")                  # 6
     func = _run(fuse_loops, func, "fuse_loops")                            # 7
     func = _run(simplify_pass.simplify, func, "simplify with loop ranges")  # 8
-    func = verify.check_defined(func)                                      # 9
+    func = _run(tensorize, func, "tensorize")                              # 9
+    func = verify.check_defined(func)                                      # 10
     return func
 
 
 def prepare_llvm(func):
     """The CPU-only passes between ``lower`` and LLVM code generation."""
-    return _run(unroll, func, "unroll")                                    # 10
+    return _run(unroll, func, "unroll")                                    # 11

@@ -72,6 +72,8 @@ def check(func, after="lowering"):
                 fail(f"variable {v.name} is used outside any loop or let that defines it")
         if t is N.Store:
             bufs.append(s.buffer)
+        if t is N.IntrinCall:
+            bufs.extend(r.buffer for r in s.regions)
         for b in bufs:
             if b not in params and b not in live:
                 fail(f"buffer {b.name} is accessed outside its allocation")
