@@ -90,20 +90,30 @@ def _cst(pw):
 # -- choices ------------------------------------------------------------------------------------
 
 def vector_block(ext, lanes, max_regs=2):
-    """Width of the vectorized tile along a contiguous axis of extent ``ext`` (None: symbolic):
-    the whole axis when it fits a register, else the largest divisor of ``ext`` that is a
-    whole number of registers (up to ``max_regs``) or fits one; ``max_regs`` registers and a
-    tail when no divisor fills a register."""
+    """Width of the vectorized tile along a contiguous axis of extent ``ext`` (None: symbolic).
+
+    The code generator runs power-of-two widths as plain vector registers and other widths
+    (a 14-wide row, a 24-wide tail) as masked whole registers, which is far slower; so the
+    width is a power of two of at most ``max_regs`` registers, the widest one whose tail
+    (``ext % width``) is empty, a power of two as well or under an eighth of the axis, at least
+    4 lanes (the widest when none qualifies)."""
+    top = max_regs * lanes
     if ext is None:
-        return max_regs * lanes
-    if ext <= lanes:
-        return ext
-    good = [d for d in range(1, min(ext, max_regs * lanes) + 1)
-            if ext % d == 0 and (d <= lanes or d % lanes == 0)]
-    best = max(good)
-    if best >= lanes or best >= lanes // 2 and ext < 8 * max_regs * lanes:
-        return best
-    return max_regs * lanes if ext >= max_regs * lanes else lanes
+        return top
+    if ext <= 1:
+        return 1
+    widths = []
+    w = 1
+    while w * 2 <= min(ext, top):
+        w *= 2
+    while w >= 1:
+        widths.append(w)
+        w //= 2
+    for w in widths:
+        tail = ext % w
+        if w >= min(4, widths[0]) and ((tail & (tail - 1)) == 0 or tail * 8 < ext):
+            return w
+    return widths[0]
 
 
 def row_block(ext, want):

@@ -393,7 +393,7 @@ class Sketch:
         pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
         if row is None:
             mr0 = 1
-        cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes]
+        cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes, lanes // 2]
         nr = self.k(f"{lab}.tile_cols", nr0, [c for c in cols if c >= 1])
         if row is not None:
             mr = self.k(f"{lab}.tile_rows", mr0, [8, 4, 6, 2, 1, 12])
