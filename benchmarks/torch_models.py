@@ -4,7 +4,7 @@ Models: a CNN (conv-bn-relu x2, max pool, linear; 3x32x32 input) and a transform
 (layer_norm, 4-head attention with matmul + softmax, GELU MLP; 32 tokens of width 64).  Batch 1
 and 32, 1 and 2 threads (``torch.set_num_threads`` and ``tedsl.torch.set_num_threads``).
 The contenders run interleaved (one round of each in turn) and the table shows the median of
-the rounds.  ``--profile`` prints tedsl's time per kernel for each model at batch 32.
+the rounds.  ``--profile`` prints tedsl's time per kernel for each model at batch 32 (1 thread).
 
     python benchmarks/torch_models.py [--quick] [--profile] [--no-write]
 """
@@ -66,7 +66,17 @@ def timed_round(fn, x, number):
 def profile(fn, x, number=20):
     """tedsl's time per step of the last compiled graph (seconds per call)."""
     from tedsl.torch import backend as B
-    prog = B._LAST[-1]
+    seen, call = [], B.Program.__call__
+
+    def spy(self, *args):
+        seen.append(self)
+        return call(self, *args)
+    B.Program.__call__ = spy
+    try:
+        fn(x)
+    finally:
+        B.Program.__call__ = call
+    prog = seen[-1]
     steps = prog.steps
     totals = {s: 0.0 for s in steps}
 
@@ -132,6 +142,8 @@ def main():
                     ratios.append(med['eager'] / med['tedsl'])
                     print(" | ".join(str(c) for c in rows[-1]), flush=True)
                 if args.profile and batch == 32:
+                    torch.set_num_threads(1)
+                    tt.set_num_threads(1)
                     per = profile(fns["tedsl"], x)
                     print(f"-- {name} batch 32: tedsl per step (us), compile {compile_s:.0f} s")
                     for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
