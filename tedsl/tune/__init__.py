@@ -26,10 +26,11 @@ Examples
 
 Command line: ``python -m tedsl tune --n 512 --trials 12`` tunes a built-in GEMM template.
 """
+from .auto import auto
 from .database import Record, apply_best, best, load, save, workload
 from .measure import MeasureResult, Measurer
 from .search import Progress, tune
 from .space import Space
 
-__all__ = ["Space", "Measurer", "MeasureResult", "tune", "Progress", "Record", "workload",
-           "load", "save", "best", "apply_best"]
+__all__ = ["Space", "Measurer", "MeasureResult", "tune", "auto", "Progress", "Record",
+           "workload", "load", "save", "best", "apply_best"]

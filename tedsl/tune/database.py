@@ -1,8 +1,8 @@
 """Tuning records: one JSON object per line, appended as configurations are measured.
 
 Each line holds the workload (template name, template arguments, target), the configuration,
-the median time in seconds (``null`` for an invalid configuration), the error, a timestamp and
-the tedsl version, e.g.::
+the median time in seconds (``null`` for an invalid configuration), the error, a timestamp,
+the tedsl version and the schedule's trace (``tedsl.schedule.trace``; omitted below), e.g.::
 
     {"workload": {"template": "gemm", "args": [512], "target": "llvm"},
      "config": {"tile_i": 8, "tile_j": 32, "unroll_k": 4, "unroll_rows": true},
@@ -64,6 +64,9 @@ class Record:
         When it was measured (seconds since the epoch).
     version : str
         The tedsl version that measured it.
+    trace : list or None
+        The schedule as a trace (:class:`tedsl.schedule.trace.Trace` steps), replayable onto
+        a fresh compute definition without the template; None when it was not recorded.
     """
 
     workload: dict
@@ -72,6 +75,7 @@ class Record:
     error: str = None
     timestamp: float = field(default_factory=time.time)
     version: str = field(default_factory=_version)
+    trace: list = None
 
     @property
     def valid(self):
@@ -88,7 +92,7 @@ class Record:
         d = json.loads(line)
         return cls(workload=d["workload"], config=d["config"], seconds=d.get("seconds"),
                    error=d.get("error"), timestamp=d.get("timestamp", 0.0),
-                   version=d.get("version", "unknown"))
+                   version=d.get("version", "unknown"), trace=d.get("trace"))
 
 
 def save(path, records):
@@ -142,6 +146,10 @@ def best(records, workload_key):
 def apply_best(template, args=(), records="tune.json", target="llvm"):
     """The schedule of ``template(cfg, *args)`` with the best recorded configuration.
 
+    Given the output tensor(s) of a definition searched by :func:`tedsl.tune.auto` instead
+    of a template (``apply_best(C, records="gemm.json")``), the fastest record's trace is
+    replayed onto that definition and the schedule alone is returned.
+
     Parameters
     ----------
     template : callable
@@ -164,6 +172,11 @@ def apply_best(template, args=(), records="tune.json", target="llvm"):
     TedslError
         If no valid record matches the workload.
     """
+    from ..te.tensor import Tensor
+    if isinstance(template, Tensor) or isinstance(template, (list, tuple)) and template and \
+            all(isinstance(t, Tensor) for t in template):
+        from .auto import apply_best_auto       # records of tune.auto: a Schedule
+        return apply_best_auto(template, records, target)
     rs = _records(records)
     key = workload(template, args, target)
     rec = best(rs, key)

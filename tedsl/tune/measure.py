@@ -35,12 +35,16 @@ class MeasureResult:
         None when it is valid.
     build_seconds : float
         Time spent applying the template and building the module.
+    trace : list or None
+        The schedule's trace (:meth:`tedsl.schedule.trace.Trace.to_list`), when it could be
+        written as one.
     """
 
     config: dict
     seconds: float = None
     error: str = None
     build_seconds: float = field(default=0.0, compare=False)
+    trace: list = field(default=None, compare=False)
 
     @property
     def valid(self):
@@ -54,14 +58,31 @@ def template_name(template):
 
 
 def _describe(err):
-    """``Type: message`` of an exception; non-tedsl exceptions are marked as internal."""
+    """``Type: message`` of an exception; non-tedsl exceptions are marked as internal (of
+    tedsl, not of the configuration or candidate)."""
     text = f"{type(err).__name__}: {err}"
     if not isinstance(err, TedslError):
         text += " (an internal error of tedsl, not of the configuration)"
     return text
 
 
-def _const_shape(t):
+def compare(out_tensors, outs, expected, rtol):
+    """None if the arrays ``outs`` (of tensors ``out_tensors``) match ``expected`` within
+    ``rtol`` (relative to each reference's largest magnitude), else the reason."""
+    for t, o, e in zip(out_tensors, outs, expected):
+        if o.dtype.kind == "f" and np.isnan(o).any() and not np.isnan(e).any():
+            return f"wrong result: {t.name} has {int(np.isnan(o).sum())} unwritten (NaN) values"
+        o64, e64 = o.astype(np.float64), e.astype(np.float64)
+        diff = np.abs(o64 - e64)
+        scale = max(1.0, float(np.abs(e64).max(initial=0.0)))
+        if diff.size and float(diff.max()) > rtol * scale:
+            at = np.unravel_index(int(np.argmax(diff)), diff.shape)
+            return (f"wrong result: {t.name}{list(at)} = {o[at]}, reference {e[at]} "
+                    f"(max error {float(diff.max()):.3g}, allowed {rtol * scale:.3g})")
+    return None
+
+
+def const_shape(t):
     shape = []
     for d in t.shape:
         v = getattr(d, "value", d)
@@ -150,7 +171,7 @@ class Measurer:
         self.in_tensors = [t for t in tensors if isinstance(t.op, PlaceholderOp)]
         self.out_tensors = [t for t in tensors if not isinstance(t.op, PlaceholderOp)]
         rng = np.random.default_rng(seed)
-        self.inputs = [random_array(rng, _const_shape(t), t.dtype) for t in self.in_tensors]
+        self.inputs = [random_array(rng, const_shape(t), t.dtype) for t in self.in_tensors]
         self.expected = None
         self.reference = "none yet"
         self._done = {}
@@ -168,25 +189,15 @@ class Measurer:
         self.expected = []
         for t, o in zip(self.out_tensors, outs):
             o = np.asarray(o)
-            if o.shape != _const_shape(t):
+            if o.shape != const_shape(t):
                 raise ArgumentError(f"the reference output for {t.name} has shape {o.shape}, "
-                                    f"expected {_const_shape(t)}")
+                                    f"expected {const_shape(t)}")
             self.expected.append(o)
         self.reference = source
 
     def _compare(self, outs):
         """None if ``outs`` match the reference, else the reason."""
-        for t, o, e in zip(self.out_tensors, outs, self.expected):
-            if o.dtype.kind == "f" and np.isnan(o).any() and not np.isnan(e).any():
-                return f"wrong result: {t.name} has {int(np.isnan(o).sum())} unwritten (NaN) values"
-            o64, e64 = o.astype(np.float64), e.astype(np.float64)
-            diff = np.abs(o64 - e64)
-            scale = max(1.0, float(np.abs(e64).max(initial=0.0)))
-            if diff.size and float(diff.max()) > self.rtol * scale:
-                at = np.unravel_index(int(np.argmax(diff)), diff.shape)
-                return (f"wrong result: {t.name}{list(at)} = {o[at]}, reference {e[at]} "
-                        f"(max error {float(diff.max()):.3g}, allowed {self.rtol * scale:.3g})")
-        return None
+        return compare(self.out_tensors, outs, self.expected, self.rtol)
 
     def run(self, config):
         """Build, check and time ``config``; returns a :class:`MeasureResult`, never raises.
@@ -208,18 +219,19 @@ class Measurer:
             return MeasureResult(dict(config), None, _describe(err),
                                  time.perf_counter() - t0)
         built = time.perf_counter() - t0
-        outs = [poisoned(_const_shape(t), t.dtype) for t in self.out_tensors]
+        trace = s.trace.to_list() if s.trace.complete else None
+        outs = [poisoned(const_shape(t), t.dtype) for t in self.out_tensors]
         try:
             mod(*self.inputs, *outs)
             if self.expected is None:
                 self._set_expected([o.copy() for o in outs], f"the outputs of {config}")
             wrong = self._compare(outs)
             if wrong:
-                return MeasureResult(dict(config), None, wrong, built)
+                return MeasureResult(dict(config), None, wrong, built, trace)
             timer = mod.time_evaluator(number=self.number, repeat=self.repeat)
             seconds = timer(*self.inputs, *outs).median
         except Exception as err:         # noqa: BLE001
-            return MeasureResult(dict(config), None, _describe(err), built)
-        return MeasureResult(dict(config), float(seconds), None, built)
+            return MeasureResult(dict(config), None, _describe(err), built, trace)
+        return MeasureResult(dict(config), float(seconds), None, built, trace)
 
     __call__ = run

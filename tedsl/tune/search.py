@@ -137,7 +137,8 @@ def tune(template, args=(), n_trials=16, strategy="random", seed=0, records=None
     best, invalid = None, []
     for k, config in enumerate(configs, 1):
         result = measurer(config)
-        rec = database.Record(key, result.config, result.seconds, result.error)
+        rec = database.Record(key, result.config, result.seconds, result.error,
+                              trace=result.trace)
         if records is not None:
             database.save(records, [rec])
         if not rec.valid:

@@ -1,0 +1,580 @@
+"""``tune.auto``: search the auto-scheduler's knobs, model-guided, crash-safe, with records.
+
+The space is ``tedsl.auto.sketch_space(outs, target)`` (``{knob: [values]}``, the analytic
+model's choice first) and a candidate is ``tedsl.auto.auto_schedule(outs, target,
+params=...)``.  The search is evolutionary: it starts from the model's choice and random
+candidates, then proposes mutations (one or two knobs changed) and crossovers (knobs mixed from
+two of the fastest) of the best candidates measured so far, ranks the proposals with a cost
+model trained online on every measurement (:mod:`tedsl.tune.model`) and sends the best-ranked,
+plus a share of random ones (exploration), to be measured.
+
+Candidates are scheduled, lowered and compiled to object code in builder processes (several
+at once) and measured one at a time in a measuring process (:mod:`tedsl.tune.workers`): it
+loads the object code, runs it on seeded random inputs with NaN-poisoned outputs, compares with
+the reference (the outputs of the unscheduled definition, computed once), times it and times it
+again when the rounds disagree.  A candidate that fails to build, computes a wrong result,
+crashes its process or runs past ``timeout`` is recorded as failed with the reason; the search
+goes on.  Every measurement is appended to ``records`` (JSON lines holding the knobs and the
+schedule's trace), which ``resume=True`` reads back and :func:`tedsl.tune.apply_best` replays.
+
+Examples
+--------
+>>> import tedsl as te
+>>> from tedsl import tune
+>>> A = te.placeholder((512, 512), name="A")
+>>> B = te.placeholder((512, 512), name="B")
+>>> k = te.reduce_axis((0, 512), name="k")
+>>> C = te.compute((512, 512), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+>>> s = tune.auto(C, seconds=60, records="gemm.json")      # doctest: +SKIP
+>>> f = te.build(s, [A, B, C])                             # doctest: +SKIP
+"""
+import copyreg
+import hashlib
+import json
+import os
+import pickle
+import random
+import sys
+import time
+
+import numpy as np
+
+from ..errors import ArgumentError, TedslError
+from ..te import reducer as _reducer
+from ..te.tensor import PlaceholderOp, Tensor
+from . import database
+from .measure import compare, const_shape, poisoned, random_array
+from .model import CostModel
+from .workers import Worker, wait
+
+
+# -- pickling a compute definition for the worker processes ----------------------------------
+
+def _builtin_reducer(name):
+    return getattr(_reducer, name)
+
+
+def _reduce_reducer(r):
+    for name in ("sum", "prod", "max", "min"):
+        if getattr(_reducer, name, None) is r:
+            return _builtin_reducer, (name,)
+    return _reducer.CommReducer, (r.combine, r.identity, r.name)
+
+
+copyreg.pickle(_reducer.CommReducer, _reduce_reducer)
+
+
+def _pickled(outs):
+    try:
+        return pickle.dumps(outs, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as err:
+        raise ArgumentError(f"tune.auto: the compute definition cannot be sent to the worker "
+                            f"processes ({err}); a comm_reducer's combine and identity must be "
+                            "module-level functions, not lambdas") from None
+
+
+def _outputs(outs):
+    if isinstance(outs, Tensor):
+        outs = [outs]
+    if not isinstance(outs, (list, tuple)) or not outs or \
+            not all(isinstance(t, Tensor) for t in outs):
+        raise ArgumentError(f"tune.auto: expected an output tensor or a list of them, got "
+                            f"{outs!r}")
+    return list(outs)
+
+
+def build_args(outs):
+    """The tensors a candidate is built with: the placeholders (graph order), then ``outs``."""
+    from ..te import graph
+    ins = [op.output(i) for op in graph.post_order(outs) if isinstance(op, PlaceholderOp)
+           for i in range(len(op.outputs))]
+    return ins + [t for t in outs if t not in ins]
+
+
+def definition_key(outs, name):
+    """A short hash of the compute definition (names, shapes, dtypes, bodies): the records'
+    workload, stable across processes and tedsl versions."""
+    from ..kernel_key import Uncacheable, canonical_text
+    from ..schedule.schedule import create_schedule
+    try:
+        text = canonical_text(create_schedule(outs), build_args(outs), name)
+    except Uncacheable:
+        text = repr([(t.name, [str(d) for d in t.shape], t.dtype) for t in outs])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# -- the contract with tedsl.auto --------------------------------------------------------------
+
+def auto_space(outs, target):
+    """``tedsl.auto.sketch_space``: the default ``space_fn``."""
+    from ..auto import sketch_space
+    return sketch_space(outs, target)
+
+
+def auto_candidate(outs, target, params):
+    """``tedsl.auto.auto_schedule`` with ``params``: the default ``schedule_fn``."""
+    from ..auto import auto_schedule
+    return auto_schedule(outs, target, params=params)
+
+
+# -- work done in the worker processes -------------------------------------------------------
+
+def _builder_init(blob, target, schedule_fn, name):
+    os.environ["TEDSL_CACHE"] = "0"      # candidates are not kept in the kernel cache
+    outs = pickle.loads(blob)
+    return {"outs": outs, "args": build_args(outs), "target": target,
+            "schedule_fn": schedule_fn, "name": name}
+
+
+def _build(state, params):
+    from ..driver import compile_cpu_object
+    from ..transform.pipeline import lower
+    t0 = time.perf_counter()
+    s = state["schedule_fn"](state["outs"], state["target"], params)
+    trace = s.trace.to_list() if s.trace.complete else None
+    func = lower(s, state["args"], state["name"])
+    # candidates whose knobs make no difference lower to the same program: compile it once
+    same = state.setdefault("compiled", {})
+    text = hashlib.sha256(str(func).encode()).hexdigest()
+    if text not in same:
+        if len(same) > 256:
+            same.clear()
+        same[text] = compile_cpu_object(func, state["target"])[:2]
+    header, obj = same[text]
+    return {"header": header, "obj": obj, "trace": trace,
+            "build_seconds": time.perf_counter() - t0}
+
+
+def _measure_init(blob, expected, seed, rtol, repeat_ms):
+    outs = pickle.loads(blob)
+    args = build_args(outs)
+    rng = np.random.default_rng(seed)
+    inputs = [random_array(rng, const_shape(t), t.dtype) for t in args
+              if isinstance(t.op, PlaceholderOp)]
+    return {"outs": outs, "inputs": inputs, "expected": expected, "rtol": rtol,
+            "repeat_ms": repeat_ms}
+
+
+def _run_checked(state, mod):
+    outs = [poisoned(const_shape(t), t.dtype) for t in state["outs"]]
+    mod(*state["inputs"], *outs)
+    wrong = compare(state["outs"], outs, state["expected"], state["rtol"])
+    if wrong:
+        raise TedslError(wrong)
+    return outs
+
+
+def _measure(state, built):
+    from ..driver import module_from_object
+    mod = module_from_object(built["header"], built["obj"])
+    if mod is None:
+        raise TedslError("LLVM refused to load the candidate's object code")
+    t0 = time.perf_counter()
+    outs = _run_checked(state, mod)
+    first = time.perf_counter() - t0
+    number = max(1, int(state["repeat_ms"] * 1e-3 / max(first, 1e-7)))
+    timer = mod.time_evaluator(number=number, repeat=3)
+    res = list(timer(*state["inputs"], *outs).results)
+    if max(res) > 1.15 * min(res):            # noisy: measure again, keep all rounds
+        res += list(mod.time_evaluator(number=number, repeat=5)(*state["inputs"], *outs)
+                    .results)
+    return {"seconds": float(np.median(res)), "rounds": len(res)}
+
+
+def reference_outputs(outs, seed, target="llvm"):
+    """The outputs of the unscheduled definition on the seeded inputs (the reference)."""
+    from ..driver import build
+    from ..schedule.schedule import create_schedule
+    args = build_args(outs)
+    rng = np.random.default_rng(seed)
+    inputs = [random_array(rng, const_shape(t), t.dtype) for t in args
+              if isinstance(t.op, PlaceholderOp)]
+    mod = build(create_schedule(outs), args, target=target, name="reference")
+    res = [poisoned(const_shape(t), t.dtype) for t in outs]
+    mod(*inputs, *res)
+    return res
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+class AutoProgress:
+    """The search's progress line: candidates measured, rate, best so far, failures, ETA.
+
+    On a terminal one line is rewritten in place; elsewhere a line is printed at most every
+    ``every`` seconds and at each new best."""
+
+    def __init__(self, title, flop=None, stream=None, every=2.0):
+        self.title, self.flop = title, flop
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty and isatty())
+        self.every = every
+        self.last = -1e9
+
+    def speed(self, seconds):
+        if seconds is None:
+            return "none valid yet"
+        if self.flop:
+            return f"{self.flop / seconds / 1e9:.1f} GFLOP/s ({seconds * 1e3:.3f} ms)"
+        return f"{seconds * 1e3:.3f} ms"
+
+    def update(self, done, failed, best, elapsed, eta, force=False, final=False):
+        now = time.monotonic()
+        if not (self.tty or force or final or now - self.last >= self.every):
+            return
+        self.last = now
+        rate = done / elapsed if elapsed > 0 else 0.0
+        line = (f"[auto {self.title}] {done} measured ({rate:.1f}/s), best {self.speed(best)}, "
+                f"failed {failed}, {elapsed:.0f} s" + ("" if final else f", ETA {eta:.0f} s"))
+        if self.tty:
+            self.stream.write("\r\033[K" + line + ("\n" if final else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def note(self, text):
+        if self.tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(f"[auto {self.title}] {text}\n")
+        self.stream.flush()
+
+
+# -- the search --------------------------------------------------------------------------------
+
+def _key(params):
+    return json.dumps(params, sort_keys=True, default=repr)
+
+
+class _Proposer:
+    """Evolutionary proposals ranked by the cost model."""
+
+    def __init__(self, space, rng, explore=0.2):
+        self.space = {k: list(v) for k, v in space.items()}
+        self.knobs = [k for k, v in self.space.items() if len(v) > 1]
+        self.rng = rng
+        self.explore = explore
+        self.model = CostModel(self.space)
+
+    def random(self):
+        return {k: self.rng.choice(v) for k, v in self.space.items()}
+
+    def mutate(self, p):
+        q = dict(p)
+        for k in self.rng.sample(self.knobs, min(len(self.knobs), self.rng.choice((1, 1, 2)))):
+            q[k] = self.rng.choice([v for v in self.space[k] if v != q.get(k)] or self.space[k])
+        return q
+
+    def crossover(self, a, b):
+        return {k: (a if self.rng.random() < 0.5 else b).get(k, self.space[k][0])
+                for k in self.space}
+
+    def propose(self, n, seen, measured):
+        """Up to ``n`` unseen candidates, best-ranked first."""
+        if not self.knobs:
+            return []
+        valid = sorted((sec, p) for p, sec in measured if sec is not None)
+        parents = [p for _, p in valid[:max(4, len(valid) // 5)]]
+        pool, keys = [], set()
+        for _ in range(40 * n):
+            if len(pool) >= 8 * n:
+                break
+            r = self.rng.random()
+            if not parents or r < 0.15:
+                c = self.random()
+            elif r < 0.65:
+                c = self.mutate(self.rng.choice(parents))
+            else:
+                c = self.crossover(self.rng.choice(parents), self.rng.choice(parents))
+                if self.rng.random() < 0.3:
+                    c = self.mutate(c)
+            k = _key(c)
+            if k not in seen and k not in keys:
+                keys.add(k)
+                pool.append(c)
+        if not pool:
+            return []
+        scores = self.model.predict(pool)
+        if scores is None:
+            return pool[:n]
+        order = [pool[i] for i in np.argsort(scores)]
+        n_explore = int(round(n * self.explore))
+        best = order[:n - n_explore]
+        rest = order[n - n_explore:]
+        return best + self.rng.sample(rest, min(n_explore, len(rest)))
+
+
+def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=False, *,
+         progress=True, name=None, flop=None, seed=0, builders=None, timeout=10.0,
+         build_timeout=300.0, rtol=1e-4, repeat_ms=20.0, plot=None, space_fn=None,
+         schedule_fn=None):
+    """Search the auto-scheduler's knobs for the fastest schedule of ``outs``.
+
+    Parameters
+    ----------
+    outs : Tensor or list of Tensor
+        The outputs (constant shapes); build the result with the same tensors.
+    target : str
+        A CPU target (``"llvm"``, ``"llvm -mcpu=..."``).
+    seconds, trials : float, int, optional
+        Stop after this wall time, or this many candidates measured (failures included),
+        whichever comes first; with neither, 64 trials.
+    records : str or path, optional
+        JSON-lines file every measurement is appended to (knobs, trace, seconds or error).
+    resume : bool
+        Read ``records`` first: candidates measured before are not measured again, the cost
+        model starts from them and their best is the best so far.
+    progress : bool or file
+        True: a progress line on stderr; False: none; a stream: there.
+    name : str, optional
+        The workload's name in the records and the progress line (default: the first
+        output's name).
+    flop : float, optional
+        Floating-point operations per call (the progress line and plot then show GFLOP/s).
+    seed : int
+        Seed of the search and of the measurement inputs.
+    builders : int, optional
+        Builder processes (default: the CPU count minus one, at least one).
+    timeout : float
+        Seconds a candidate may take to run and be timed before it is failed (and its process
+        killed); ``build_timeout``: the same for scheduling and compiling.
+    rtol : float
+        Tolerance of the comparison with the reference outputs.
+    repeat_ms : float
+        Target duration of one timing round.
+    plot : str or path, optional
+        PNG of the best speed over time (default: ``records`` with ``.png``, when records are
+        kept); drawn when matplotlib is installed, else skipped with a note.
+    space_fn, schedule_fn : callable, optional
+        The search space ``space_fn(outs, target) -> {knob: [values]}`` and the candidate
+        ``schedule_fn(outs, target, params) -> Schedule`` (module-level functions); default
+        :func:`tedsl.auto.sketch_space` and :func:`tedsl.auto.auto_schedule`.
+
+    Returns
+    -------
+    tedsl.Schedule
+        The fastest candidate's schedule, for ``outs``' own tensors; ``.tune_result`` holds
+        ``{"params", "seconds", "trials", "failed", "elapsed", "records"}``.
+
+    Raises
+    ------
+    TedslError
+        When no candidate is valid (the message gives the most frequent reasons).
+    """
+    outs = _outputs(outs)
+    if not str(target).startswith("llvm"):
+        raise ArgumentError(f"tune.auto measures on the CPU only (target 'llvm'), not {target!r}")
+    for t in build_args(outs):
+        const_shape(t)                        # constant shapes only (the inputs are drawn)
+    if seconds is None and trials is None:
+        trials = 64
+    if trials is not None and trials < 1 or seconds is not None and not seconds > 0:
+        raise ArgumentError("tune.auto: trials must be >= 1 and seconds > 0")
+    space_fn = space_fn or auto_space
+    schedule_fn = schedule_fn or auto_candidate
+    name = name or outs[0].op.name.replace(".", "_")
+    if not name.isidentifier():
+        name = "kernel"
+    key = {"auto": name, "definition": definition_key(outs, name), "target": str(target)}
+    space = space_fn(outs, target)
+    default = {k: v[0] for k, v in space.items()}
+    rng = random.Random(seed)
+    proposer = _Proposer(space, rng)
+    show = None
+    if progress:
+        show = AutoProgress(name, flop, None if progress is True else progress)
+
+    measured, seen, history, failures = [], set(), [], []
+    best = None                                  # (seconds, params, trace)
+    if resume and records is not None and os.path.exists(records):
+        for r in database.load(records):
+            if r.workload != key:
+                continue
+            seen.add(_key(r.config))
+            measured.append((r.config, r.seconds if r.valid else None))
+            proposer.model.add(r.config, r.seconds if r.valid else None)
+            if r.valid and (best is None or r.seconds < best[0]):
+                best = (r.seconds, r.config, r.trace)
+        if show is not None:
+            show.note(f"resumed from {len(measured)} records of {records}")
+    elif resume:
+        raise ArgumentError(f"tune.auto: resume=True needs an existing records file, got "
+                            f"{records!r}")
+
+    blob = _pickled(outs)
+    expected = reference_outputs(outs, seed, target)
+    n_build = builders or max(1, (os.cpu_count() or 2) - 1)
+    build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build)
+                for _ in range(n_build)]
+    measure_w = Worker(_measure_init, (blob, expected, seed, rtol, repeat_ms), _measure)
+    queue = [] if _key(default) in seen else [default]
+    seen.update(_key(p) for p in queue)
+    built, params_of = [], {}
+    done = failed = 0
+    start = time.monotonic()
+    next_id = 0
+
+    def record(tid, seconds, error, trace):
+        nonlocal done, failed, best
+        params = params_of.pop(tid)
+        done += 1
+        if error is not None:
+            failed += 1
+            failures.append(error.splitlines()[0][:200])
+        measured.append((params, seconds))
+        proposer.model.add(params, seconds)
+        new_best = seconds is not None and (best is None or seconds < best[0])
+        if new_best:
+            best = (seconds, params, trace)
+        elapsed = time.monotonic() - start
+        history.append((elapsed, best[0] if best else None))
+        if records is not None:
+            database.save(records, [database.Record(key, params, seconds, error, trace=trace)])
+        if show is not None:
+            show.update(done, failed, best and best[0], elapsed, eta(elapsed), force=new_best)
+
+    def eta(elapsed):
+        left = []
+        if seconds is not None:
+            left.append(max(0.0, seconds - elapsed))
+        if trials is not None and done:
+            left.append(elapsed / done * max(0, trials - done))
+        return min(left) if left else 0.0
+
+    def finished():
+        if trials is not None and done >= trials:
+            return True
+        return seconds is not None and time.monotonic() - start >= seconds
+
+    in_flight = lambda: len(params_of)  # noqa: E731
+    try:
+        for w in build_ws + [measure_w]:
+            w.start()
+        exhausted = False
+        while not finished():
+            budget = None if trials is None else trials - done - in_flight()
+            for w in build_ws:
+                if w.busy or budget is not None and budget <= 0:
+                    continue
+                if not queue:
+                    queue.extend(proposer.propose(max(4, 2 * n_build), seen, measured))
+                    seen.update(_key(p) for p in queue)
+                if not queue:
+                    exhausted = True
+                    break
+                params = queue.pop(0)
+                params_of[next_id] = params
+                w.submit(next_id, params)
+                next_id += 1
+                if budget is not None:
+                    budget -= 1
+            if not measure_w.busy and built:
+                tid, result = built.pop(0)
+                measure_w.submit(tid, result)
+                measure_w.trace = result["trace"]
+            if exhausted and not params_of:
+                break                                   # the space is exhausted
+            for w in wait(build_ws + [measure_w], 0.2):
+                got = w.receive()
+                if w.init_error is not None:
+                    raise TedslError(f"tune.auto: a worker process could not start: "
+                                     f"{w.init_error}")
+                if got is None:
+                    continue
+                tid, ok, value = got
+                if w is measure_w:
+                    if ok:
+                        record(tid, value["seconds"], None, measure_w.trace)
+                    else:
+                        record(tid, None, value, measure_w.trace)
+                elif ok:
+                    built.append((tid, value))
+                else:
+                    record(tid, None, value, None)
+            for w in build_ws:
+                if w.overdue(build_timeout):
+                    tid, _, why = w.kill(f"timeout: building took more than {build_timeout:g} s")
+                    record(tid, None, why, None)
+            if measure_w.overdue(timeout):
+                tid, _, why = measure_w.kill(f"timeout: running took more than {timeout:g} s")
+                record(tid, None, why, measure_w.trace)
+    finally:
+        for w in build_ws + [measure_w]:
+            w.stop()
+    elapsed = time.monotonic() - start
+    if show is not None:
+        show.update(done, failed, best and best[0], elapsed, 0.0, final=True)
+    if best is None:
+        reasons = {}
+        for e in failures:
+            reasons[e] = reasons.get(e, 0) + 1
+        top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        raise TedslError(f"tune.auto: none of the {done} candidates of {name} is valid; most "
+                         "frequent reasons:\n" + "\n".join(f"  {n}x {r}" for r, n in top))
+    if plot is not None or records is not None:
+        _plot(plot or os.fspath(records) + ".png", history, flop, name, show)
+    s = schedule_of(outs, target, best[1], best[2], schedule_fn)
+    s.tune_result = {"params": best[1], "seconds": best[0], "trials": done, "failed": failed,
+                     "elapsed": elapsed, "records": records}
+    return s
+
+
+def schedule_of(outs, target, params, trace=None, schedule_fn=None):
+    """The schedule of a measured candidate for ``outs``: its trace replayed when it was
+    recorded (and still applies), else ``schedule_fn(outs, target, params)``."""
+    from ..errors import ScheduleError
+    from ..schedule.trace import Trace
+    if trace is not None:
+        try:
+            return Trace.from_json(trace).apply(outs)
+        except ScheduleError:
+            pass
+    return (schedule_fn or auto_candidate)(outs, target, params)
+
+
+def _plot(path, history, flop, name, show):
+    """Best speed over time as a PNG (skipped, with a note, without matplotlib)."""
+    pts = [(t, b) for t, b in history if b is not None]
+    if not pts:
+        return None
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if show is not None:
+            show.note("matplotlib is not installed: no plot of the search")
+        return None
+    t = [p[0] for p in pts]
+    y = [flop / p[1] / 1e9 if flop else 1.0 / p[1] for p in pts]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.step(t, y, where="post")
+    ax.set_xlabel("search time (s)")
+    ax.set_ylabel("best GFLOP/s" if flop else "best calls per second")
+    ax.set_title(f"tune.auto {name}")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    if show is not None:
+        show.note(f"plot of the best speed over time: {path}")
+    return path
+
+
+def apply_best_auto(outs, records, target="llvm", name=None):
+    """The schedule of the fastest valid record of ``outs`` (see :func:`auto`) in
+    ``records``, replayed from its trace."""
+    outs = _outputs(outs)
+    name = name or outs[0].op.name.replace(".", "_")
+    if not name.isidentifier():
+        name = "kernel"
+    key = {"auto": name, "definition": definition_key(outs, name), "target": str(target)}
+    rs = database._records(records)
+    rec = database.best(rs, key)
+    if rec is None:
+        raise TedslError(f"no valid tune.auto record of {name} (this definition) on {target} in "
+                         f"{records if isinstance(records, (str, os.PathLike)) else 'the records given'}"
+                         "; run tedsl.tune.auto(outs, records=...) first")
+    return schedule_of(outs, target, rec.config, rec.trace)
+
+
+__all__ = ["auto", "apply_best_auto", "schedule_of", "AutoProgress"]
