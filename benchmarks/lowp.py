@@ -4,8 +4,10 @@ the schedule of ``benchmarks/gemm.py``) and PyTorch's ``torch._int_mm`` (int8 x 
 where it is installed, interleaved in one run (medians of rounds), 1 and 2 threads.
 
 The int8 schedule is ``tedsl.tensorize.gemm.int8_gemm_schedule``: A uint8 ``M x K``, B int8
-``K x N`` packed as ``[N/16, K/4, 16, 4]`` (``tedsl.tensorize.x86.pack_vnni``), register tiles
-of 6 rows x 64 columns accumulated over the whole of k, 24 ``vpdpbusd`` per k step of 4.
+``K x N`` packed in panels of 64 columns, ``[N/64, K/4, 64, 4]``
+(``tedsl.tensorize.x86.pack_vnni(B, 64)``), register tiles
+of 6 rows x 64 columns (A packed into panels of 6 rows in the kernel) accumulated over the
+whole of k, 24 ``vpdpbusd`` per k step of 4.
 ``build_int8_gemm(n)`` returns the built module with arguments (A, B packed, C).
 
 Throughput is in operations per second (2 per multiply-add) for every contender.
@@ -31,7 +33,8 @@ def int8_gemm_schedule(m, n, k_):
 
 def build_int8_gemm(n):
     """The built module of the n x n x n int8 GEMM; arguments (A uint8 [n, n], B int8 packed
-    by ``tedsl.tensorize.x86.pack_vnni`` as [ceil(n/16), n/4, 16, 4], C int32 [n, n])."""
+    by ``tedsl.tensorize.x86.pack_vnni(B, tedsl.tensorize.gemm.PANEL)`` as
+    [ceil(n/64), n/4, 64, 4], C int32 [n, n])."""
     s, args = int8_gemm_schedule(n, n, n)
     return te.build(s, args, name=f"gemm_u8s8_{n}")
 
@@ -50,7 +53,7 @@ def measure(n, rounds, threads):
     b8 = rng.integers(-128, 128, (n, n)).astype(np.int8)
     c32 = np.full((n, n), -1, np.int32)
     f8 = build_int8_gemm(n)
-    bp = pack_vnni(b8)
+    bp = pack_vnni(b8, gemm.PANEL)
     f8(a8, bp, c32)
     assert np.array_equal(c32, a8.astype(np.int64) @ b8.astype(np.int64)), "int8 GEMM wrong"
     ff = build_fp32_gemm(n)

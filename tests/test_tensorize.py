@@ -189,12 +189,12 @@ def test_user_declared_intrinsic_and_its_reset(rng):
 def test_register_tiled_int8_gemm(rng, m, n, k):
     # local accumulators (cache_write + compute_at), unrolled tile, parallel panels; partial
     # tiles in both directions run as loops
-    from tedsl.tensorize.gemm import int8_gemm_schedule
+    from tedsl.tensorize.gemm import PANEL, int8_gemm_schedule
     s, args = int8_gemm_schedule(m, n, k)
     assert "x86.vpdpbusd.512(C.local[" in str(te.lower(s, args))
     f = te.build(s, args)
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     b = rng.integers(-128, 128, (k, n)).astype(np.int8)
     c = poisoned((m, n), "int32")
-    f(a, pack_vnni(b), c)
+    f(a, pack_vnni(b, PANEL), c)
     np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))

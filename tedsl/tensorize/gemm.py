@@ -1,10 +1,12 @@
 """An int8 GEMM scheduled with the VNNI intrinsic: ``C = A @ B`` with A uint8 ``M x K``, B
-int8 ``K x N`` packed by :func:`tedsl.tensorize.x86.pack_vnni` as ``[ceil(N/16), K/4, 16, 4]``
-and C int32.
+int8 ``K x N`` packed by ``tedsl.tensorize.x86.pack_vnni(B, 16 * cols)`` into panels of the
+register tile's width, ``[ceil(N/(16 cols)), K/4, 16 cols, 4]`` (the ``cols`` 64-byte blocks of
+one k step adjacent: one stream of B per tile), and C int32.
 
-Tiles of ``mr`` rows x ``16 cols`` columns are accumulated in a local int32 buffer over the
-whole of k (``mr x cols`` vector registers after unrolling): each k step of 4 loads ``cols``
-64-byte blocks of B, broadcasts 4 bytes of each row of A and issues ``mr * cols``
+A is packed in the kernel into panels of ``mr`` rows, ``Ap[i // mr, k // 4, i % mr, k % 4]``
+(the ``mr`` 4-byte words of one k step are adjacent).  Tiles of ``mr`` rows x ``16 cols``
+columns are accumulated in a local int32 buffer over the whole of k (``mr x cols`` vector
+registers after unrolling): each k step of 4 loads ``cols`` 64-byte blocks of B, broadcasts 4 bytes of each row of A and issues ``mr * cols``
 ``vpdpbusd``; panels of B (``16 cols`` columns) run in parallel, the row tiles inside.  Partial
 tiles (``M % mr``, ``N % (16 cols)``) run as ordinary loops after the full ones.
 """
@@ -12,11 +14,12 @@ from ..errors import ArgumentError
 from .x86 import dot_u8s8_s32
 
 MR, COLS = 6, 4            # rows x 16-lane blocks per register tile (24 accumulators)
+PANEL = 16 * COLS          # the width of B's panels at the default tile (pack_vnni's width)
 
 
 def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
     """The schedule of an (m x k) uint8 @ (k x n) int8 -> int32 product; returns
-    ``(s, [A, Bp, C])`` with ``Bp`` packed as ``[ceil(n/16), k/4, 16, 4]``."""
+    ``(s, [A, Bp, C])`` with ``Bp`` packed by ``pack_vnni(B, 16 * cols)``."""
     if k_ % 4:
         raise ArgumentError(f"int8_gemm_schedule: k = {k_} must be a multiple of 4 (pad A and "
                             "B with zeros)")
@@ -24,11 +27,13 @@ def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
     lanes = 16
     nr = lanes * cols
     A = te.placeholder((m, k_), "uint8", name="A")
-    Bp = te.placeholder(((n + lanes - 1) // lanes, k_ // 4, lanes, 4), "int8", name="Bp")
+    Bp = te.placeholder(((n + nr - 1) // nr, k_ // 4, nr, 4), "int8", name="Bp")
     k = te.reduce_axis((0, k_), name="k")
+    Ap = te.compute(((m + mr - 1) // mr, k_ // 4, mr, 4), lambda x, y, z, w: te.if_then_else(
+        x * mr + z < m, A[x * mr + z, y * 4 + w], te.const(0, "uint8")), name="Ap")
     C = te.compute((m, n), lambda i, j: te.sum(
-        A[i, k].astype("int32") * Bp[j // lanes, k // 4, j % lanes, k % 4].astype("int32"),
-        axis=k), name="C")
+        Ap[i // mr, k // 4, i % mr, k % 4].astype("int32") *
+        Bp[j // nr, k // 4, j % nr, k % 4].astype("int32"), axis=k), name="C")
     s = te.create_schedule(C)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
@@ -45,7 +50,8 @@ def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
     s[C].unroll(jio)
     s[C].vectorize(jii)
     s[C].parallel(jo)
+    s[Ap].parallel(s[Ap].op.axis[0])
     return s, [A, Bp, C]
 
 
-__all__ = ["int8_gemm_schedule"]
+__all__ = ["COLS", "MR", "PANEL", "int8_gemm_schedule"]

@@ -56,20 +56,22 @@ def dot_u8s8_s32(lanes=None, target="llvm"):
     return decl_tensor_intrin(c.op, lower, name=name)
 
 
-def pack_vnni(b, lanes=16):
-    """Pack a ``K x N`` int8 matrix (numpy) as ``[ceil(N/lanes), K/4, lanes, 4]``: block
-    ``[jo, ko]`` holds ``B[4 ko + q, lanes jo + l]`` at ``[l, q]`` (zero past N), the layout
-    the ``vpdpbusd`` intrinsic reads.  K must be a multiple of 4."""
+def pack_vnni(b, width=16):
+    """Pack a ``K x N`` int8 matrix (numpy) into panels of ``width`` columns,
+    ``[ceil(N/width), K/4, width, 4]``: panel ``jo``, step ``ko`` holds
+    ``B[4 ko + q, width jo + l]`` at ``[l, q]`` (zero past N).  Every 16 consecutive columns of
+    a step are the 64 contiguous bytes one ``vpdpbusd`` reads; a wider panel (a multiple of 16)
+    keeps the blocks of one step of a register tile adjacent.  K must be a multiple of 4."""
     import numpy as np
     b = np.asarray(b)
     k, n = b.shape
     if k % 4:
         raise ArgumentError(f"pack_vnni: K = {k} is not a multiple of 4; pad the reduction "
                             "with zeros")
-    nb = -(-n // lanes)
-    out = np.zeros((k, nb * lanes), b.dtype)
+    nb = -(-n // width)
+    out = np.zeros((k, nb * width), b.dtype)
     out[:, :n] = b
-    return np.ascontiguousarray(out.reshape(k // 4, 4, nb, lanes).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(out.reshape(k // 4, 4, nb, width).transpose(2, 0, 3, 1))
 
 
 __all__ = ["dot_u8s8_s32", "pack_vnni", "vnni_lanes"]
