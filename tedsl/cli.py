@@ -341,6 +341,9 @@ def tune(opts):
     int
         0 on success, 1 if no configuration was valid, 2 on bad options.
     """
+    if opts.auto:
+        return tune_auto(opts)
+    opts.trials = 12 if opts.trials is None else opts.trials
     if opts.n < 1 or opts.trials < 1:
         print("tedsl tune: --n and --trials must be positive", file=sys.stderr)
         return 2
@@ -381,6 +384,118 @@ def tune(opts):
     return 0
 
 
+def _auto_gemm(m, n, k):
+    import tedsl as te
+    A = te.placeholder((m, k), "float32", name="A")
+    B = te.placeholder((k, n), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    ref = lambda a, b: a.astype(np.float64) @ b.astype(np.float64)  # noqa: E731
+    return [A, B], [C], ref, 2.0 * m * n * k
+
+
+def _auto_conv2d(n, c, h, w, f, kh):
+    import tedsl as te
+    from tedsl import ops
+    X = te.placeholder((n, c, h, w), "float32", name="X")
+    W = te.placeholder((f, c, kh, kh), "float32", name="W")
+    Y = ops.conv2d_nchw(X, W, stride=1, padding=kh // 2)
+
+    def ref(x, wt):
+        p = kh // 2
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
+        oh, ow = xp.shape[2] - kh + 1, xp.shape[3] - kh + 1
+        win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kh), axis=(2, 3))
+        return np.einsum("nchwij,fcij->nfhw", win[:, :, :oh, :ow], wt.astype(np.float64))
+    oh, ow = h + 2 * (kh // 2) - kh + 1, w + 2 * (kh // 2) - kh + 1
+    return [X, W], [Y], ref, 2.0 * n * f * oh * ow * c * kh * kh
+
+
+def _auto_softmax(rows, cols):
+    import tedsl as te
+    from tedsl import ops
+    X = te.placeholder((rows, cols), "float32", name="X")
+    Y = ops.softmax(X)
+
+    def ref(x):
+        e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    return [X], [Y], ref, None
+
+
+# --auto workloads: name -> (sizes, default sizes, definition(*sizes) -> (ins, outs, ref, flop))
+AUTO_WORKLOADS = {"gemm": ("M,N,K", "256,256,256", _auto_gemm),
+                  "conv2d": ("N,C,H,W,F,KH (stride 1, same padding)", "1,64,28,28,64,3",
+                             _auto_conv2d),
+                  "softmax": ("ROWS,COLS", "1024,1024", _auto_softmax)}
+
+
+def tune_auto(opts):
+    """``python -m tedsl tune --auto WORKLOAD``: search, check the best against numpy, time it.
+
+    Returns
+    -------
+    int
+        0 on success, 1 if no candidate was valid or the best is wrong, 2 on bad options.
+    """
+    sizes_doc, default, define = AUTO_WORKLOADS[opts.auto]
+    try:
+        sizes = [int(x) for x in (opts.size or default).split(",")]
+    except ValueError:
+        sizes = []
+    if len(sizes) != len(sizes_doc.split(" ")[0].split(",")) or min(sizes) < 1:
+        print(f"tedsl tune: --size for {opts.auto} is {sizes_doc}, positive integers "
+              f"(e.g. {default})", file=sys.stderr)
+        return 2
+    if opts.trials is not None and opts.trials < 1 or opts.seconds is not None and \
+            opts.seconds <= 0:
+        print("tedsl tune: --trials and --seconds must be positive", file=sys.stderr)
+        return 2
+    if opts.resume and not (opts.records and os.path.exists(opts.records)):
+        print("tedsl tune: --resume needs --records FILE of an earlier search", file=sys.stderr)
+        return 2
+    import tedsl as te
+    from tedsl import tune as tedsl_tune
+    ins, outs, ref, flop = define(*sizes)
+    _progress(f"searching {opts.auto} {'x'.join(map(str, sizes))}: "
+              + (f"{opts.seconds:g} s" if opts.seconds else "")
+              + (" or " if opts.seconds and opts.trials else "")
+              + (f"{opts.trials} trials" if opts.trials or not opts.seconds else "")
+              + f" (seed {opts.seed})")
+    try:
+        s = tedsl_tune.auto(outs, seconds=opts.seconds, trials=opts.trials,
+                            records=opts.records, resume=opts.resume, flop=flop,
+                            seed=opts.seed, name=opts.auto)
+    except te.TedslError as err:
+        print(f"tedsl tune: {err}", file=sys.stderr)
+        return 1
+    f = te.build(s, ins + outs, name=opts.auto)
+    rng = np.random.default_rng(opts.seed)
+    arrays = [rng.uniform(0.5, 1.5, [int(d) for d in t.shape]).astype("float32") for t in ins]
+    res = [np.full([int(d) for d in t.shape], np.nan, "float32") for t in outs]
+    f(*arrays, *res)
+    want = ref(*arrays)
+    if not _matches(f"tuned {opts.auto}", res[0], want, rtol=1e-4,
+                    atol=1e-5 * float(np.abs(want).max())):
+        return 1
+    time.sleep(0.2)     # numpy's OpenBLAS threads spin for a while after the reference
+    t_te = f.time_evaluator(number=3, repeat=5)(*arrays, *res).median
+    info = s.tune_result
+    speed = f", {flop / t_te / 1e9:.1f} GFLOP/s" if flop else ""
+    print(f"best knobs: {info['params']}")
+    print(f"best: {t_te * 1e3:.3f} ms{speed}; matches numpy; {info['trials']} candidates "
+          f"measured in {info['elapsed']:.0f} s ({info['trials'] / info['elapsed']:.1f}/s), "
+          f"{info['failed']} failed")
+    if opts.auto == "gemm":
+        c = np.empty_like(res[0])
+        t_np = _median_seconds(lambda: np.matmul(arrays[0], arrays[1], out=c), 3, 5)
+        print(f"numpy: {t_np * 1e3:.3f} ms; ratio {t_np / t_te:.2f} (above 1: tedsl is faster)")
+    if opts.records:
+        print(f"records appended to {opts.records}; tedsl.tune.apply_best(outs, records=...) "
+              "replays the best schedule")
+    return 0
+
+
 def _parser():
     p = argparse.ArgumentParser(
         prog="python -m tedsl",
@@ -395,13 +510,26 @@ def _parser():
                        description="Run the benchmark scripts of benchmarks/; each updates "
                                    "its section of benchmarks/RESULTS.md.")
     b.add_argument("names", nargs="*", help="benchmark names (default: all)")
-    t = sub.add_parser("tune", help="tune a GEMM schedule template (tedsl.tune)",
+    t = sub.add_parser("tune", help="tune a GEMM schedule template, or search the "
+                                    "auto-scheduler (--auto)",
                        description="Measure configurations of a built-in float32 GEMM schedule "
                                    "template (register tile shape, k unroll, row unroll), show "
-                                   "progress, and compare the best with numpy.")
+                                   "progress, and compare the best with numpy; with --auto "
+                                   "WORKLOAD, search the auto-scheduler's knobs for it "
+                                   "(tedsl.tune.auto) instead.")
     t.add_argument("--n", type=int, default=512, help="matrix size (default 512)")
-    t.add_argument("--trials", type=int, default=12,
-                   help="configurations to measure (default 12)")
+    t.add_argument("--trials", type=int, default=None,
+                   help="configurations to measure (default 12; with --auto: 64 unless "
+                        "--seconds is given)")
+    t.add_argument("--auto", choices=sorted(AUTO_WORKLOADS), metavar="WORKLOAD",
+                   help="search the auto-scheduler's knobs (tedsl.tune.auto) for a named "
+                        f"workload instead: {', '.join(sorted(AUTO_WORKLOADS))}")
+    t.add_argument("--size", metavar="A,B,...",
+                   help="the workload's sizes (with --auto): " + "; ".join(
+                       f"{k}: {v[0]} (default {v[1]})" for k, v in sorted(AUTO_WORKLOADS.items())))
+    t.add_argument("--seconds", type=float, help="search time budget in seconds (with --auto)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the search recorded in --records (with --auto)")
     t.add_argument("--records", metavar="FILE", help="JSON-lines file to append records to")
     t.add_argument("--strategy", choices=("random", "grid"), default="random",
                    help="search strategy (default random)")

@@ -33,7 +33,7 @@ class Uncacheable(Exception):
 
 
 _SKIP_STAGE = ("schedule", "replaced_by")
-_SKIP_SCHEDULE = ("stage_map", "trace", "_trace_depth")
+_SKIP_SCHEDULE = ("stage_map", "trace", "_trace_depth", "tune_result")
 
 
 class _Canon:

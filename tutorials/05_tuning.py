@@ -10,7 +10,9 @@ let ``tedsl.tune`` try them:
 2. **space**: the choices and their candidates span a space of configurations;
 3. **tune**: measure some of them (build, check against numpy, time), with a progress line,
    appending every measurement to a records file;
-4. **apply_best**: rebuild the fastest schedule from the records, later or elsewhere.
+4. **apply_best**: rebuild the fastest schedule from the records, later or elsewhere;
+5. **tune.auto**: search without a template, from the compute definition alone, and let the
+   kernel cache keep what was compiled.
 
 Run it with ``python tutorials/05_tuning.py``; with ``TEDSL_TUTORIAL_SMALL=1`` it tunes a
 64 x 64 matmul with 4 trials (a few seconds).
@@ -28,6 +30,7 @@ import numpy as np
 
 import tedsl as te
 from tedsl import tune
+from tedsl.schedule.trace import Trace
 
 SMALL = os.environ.get("TEDSL_TUTORIAL_SMALL") == "1"
 N = 64 if SMALL else 512
@@ -136,10 +139,61 @@ print(f"tuned tedsl: {t_te * 1e3:.3f} ms ({2.0 * N ** 3 / t_te / 1e9:.1f} GFLOP/
       f"numpy: {t_np * 1e3:.3f} ms ({2.0 * N ** 3 / t_np / 1e9:.1f} GFLOP/s)")
 
 # %%
+# Step 6: records hold schedules as traces
+# ----------------------------------------
+# Every schedule records the primitive calls that made it (``s.trace``): stages, loops and
+# tensors by name, factors as given.  The records keep that trace, so a schedule can be rebuilt
+# without the template, onto a freshly built compute definition with the same names.
+rec = tune.best(records, tune.workload(matmul, (N,)))
+print("the best record's schedule, as a trace:")
+print(Trace.from_json(rec.trace))
+
+# %%
+# Step 7: search without a template
+# ---------------------------------
+# ``tune.auto`` needs only the compute definition: it searches the knobs of the
+# auto-scheduler (``tedsl.auto.sketch_space``: tile shapes, unrolling, loop orders, inlining
+# ...) with an evolutionary search ranked by a cost model that learns from every measurement.
+# Candidates are compiled in worker processes and measured in another one: a candidate that
+# crashes, hangs or computes a wrong result is recorded as failed and the search goes on.  Give
+# it a time budget (``seconds=``) or a number of candidates (``trials=``); ``resume=True``
+# continues from the records.
+A = te.placeholder((N, N), "float32", name="A")
+B = te.placeholder((N, N), "float32", name="B")
+k = te.reduce_axis((0, N), name="k")
+C = te.compute((N, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+auto_records = os.path.join(workdir, "matmul_auto.json")
+budget = {"trials": 4} if SMALL else {"seconds": 60}
+s_auto = tune.auto(C, records=auto_records, flop=2.0 * N ** 3, **budget)
+print("best knobs:", s_auto.tune_result["params"])
+f_auto = te.build(s_auto, [A, B, C], name="matmul_auto")
+c = np.full((N, N), np.nan, np.float32)
+f_auto(a, b, c)
+np.testing.assert_allclose(c, ref(a, b), rtol=1e-4)
+t_auto = f_auto.time_evaluator(number=3, repeat=5)(a, b, c).median
+print(f"tune.auto: {t_auto * 1e3:.3f} ms ({2.0 * N ** 3 / t_auto / 1e9:.1f} GFLOP/s) after "
+      f"{s_auto.tune_result['trials']} candidates")
+# later, or in another process: the fastest record, replayed onto the definition
+s_again = tune.apply_best(C, records=auto_records)
+
+# %%
+# Step 8: the kernel cache
+# ------------------------
+# ``te.build`` keeps compiled code on disk, keyed by the definition, the schedule, the target
+# and the compiler's versions (``TEDSL_CACHE_DIR``, default ``~/.cache/tedsl``;
+# ``TEDSL_CACHE=0`` turns it off; ``python -m tedsl cache info`` / ``clear``).  Building the same
+# kernel again, here or in a new process, loads it instead of compiling it.
+t0 = timeit.default_timer()
+f_cached = te.build(s_again, [A, B, C], name="matmul_auto")
+print(f"second build: {(timeit.default_timer() - t0) * 1e3:.1f} ms, from the cache: "
+      f"{getattr(f_cached, 'from_cache', False)}")
+
+# %%
 # What next
 # ---------
 # - More trials find better configurations; ``n_trials=None`` measures the whole space.
 # - Records of many workloads can share one file; tune each size you care about.
 # - ``python -m tedsl tune --n 512 --trials 12`` tunes a larger GEMM template (a packed B, a
-#   register tile in a local cache) from the command line.
-print(f"records kept in {records}")
+#   register tile in a local cache) from the command line, and ``python -m tedsl tune --auto
+#   gemm --size 512,512,512 --seconds 120`` searches the auto-scheduler for it.
+print(f"records kept in {records} and {auto_records}")
