@@ -13,6 +13,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 os.environ.setdefault("TEDSL_VERIFY", "1")    # the loop-IR verifier runs between passes
+# every test compiles what it checks: no kernel comes from (or goes to) the on-disk cache,
+# whose own tests point it at a temporary directory
+os.environ.setdefault("TEDSL_CACHE", "0")
 
 import tedsl as te  # noqa: E402
 
