@@ -1,14 +1,15 @@
-"""Low-precision GEMM on the CPU: int8 (u8 x s8 -> s32) with the AVX-512 VNNI ``vpdpbusd``
-intrinsic through ``tensorize``, against tedsl's own float32 GEMM (``tedsl.cli.gemm_schedule``,
-the schedule of ``benchmarks/gemm.py``) and PyTorch's ``torch._int_mm`` (int8 x int8 -> int32)
-where it is installed, interleaved in one run (medians of rounds), 1 and 2 threads.
+"""Low-precision GEMM on the CPU through ``tensorize``: int8 (u8 x s8 -> s32) with AVX-512 VNNI
+``vpdpbusd`` and bfloat16 (bf16 x bf16 -> f32) with AVX-512 BF16 ``vdpbf16ps``, against tedsl's
+own float32 GEMM (``tedsl.cli.gemm_schedule``, the schedule of ``benchmarks/gemm.py``) and
+PyTorch (``torch._int_mm``, int8 x int8 -> int32, and ``torch.matmul`` on bfloat16) where it is
+installed, interleaved in one run (medians of rounds), 1 and 2 threads.
 
-The int8 schedule is ``tedsl.tensorize.gemm.int8_gemm_schedule``: A uint8 ``M x K``, B int8
-``K x N`` packed in panels of 64 columns, ``[N/64, K/4, 64, 4]``
-(``tedsl.tensorize.x86.pack_vnni(B, 64)``), register tiles
-of 6 rows x 64 columns (A packed into panels of 6 rows in the kernel) accumulated over the
-whole of k, 24 ``vpdpbusd`` per k step of 4.
-``build_int8_gemm(n)`` returns the built module with arguments (A, B packed, C).
+Both low-precision schedules are ``tedsl.tensorize.gemm``'s: B packed in panels of 64 columns
+(``tedsl.tensorize.x86.pack_vnni(B, 64, group)``: ``[N/64, K/4, 64, 4]`` for int8,
+``[N/64, K/2, 64, 2]`` for bf16 bit patterns), A packed into panels of 6 rows in the kernel,
+6 x 64 register tiles accumulated over the whole of k, 24 instructions per k step.
+``build_int8_gemm(n)`` and ``build_bf16_gemm(n)`` return the built modules with arguments
+(A, B packed, C).
 
 Throughput is in operations per second (2 per multiply-add) for every contender.
 
@@ -22,21 +23,28 @@ import numpy as np
 from common import interleaved, machine_description, markdown_table, write_results
 
 import tedsl as te
+from tedsl.codegen.llvm_intrin import has_feature
+from tedsl.codegen.target import host_cpu
 from tedsl.tensorize import gemm
 from tedsl.tensorize.x86 import pack_vnni, vnni_lanes
 
 
-def int8_gemm_schedule(m, n, k_):
-    """The schedule of ``tedsl.tensorize.gemm.int8_gemm_schedule`` at its default tile."""
-    return gemm.int8_gemm_schedule(m, n, k_)
-
-
 def build_int8_gemm(n):
-    """The built module of the n x n x n int8 GEMM; arguments (A uint8 [n, n], B int8 packed
-    by ``tedsl.tensorize.x86.pack_vnni(B, tedsl.tensorize.gemm.PANEL)`` as
+    """The built module of the n x n x n int8 GEMM (``tedsl.tensorize.gemm
+    .int8_gemm_schedule``); arguments (A uint8 [n, n], B int8 packed by
+    ``tedsl.tensorize.x86.pack_vnni(B, tedsl.tensorize.gemm.PANEL)`` as
     [ceil(n/64), n/4, 64, 4], C int32 [n, n])."""
-    s, args = int8_gemm_schedule(n, n, n)
+    s, args = gemm.int8_gemm_schedule(n, n, n)
     return te.build(s, args, name=f"gemm_u8s8_{n}")
+
+
+def build_bf16_gemm(n):
+    """The built module of the n x n x n bfloat16 GEMM with float32 accumulation
+    (``tedsl.tensorize.gemm.bf16_gemm_schedule``); arguments (A bfloat16 bits as uint16
+    [n, n], B bits packed by ``pack_vnni(B, tedsl.tensorize.gemm.PANEL, group=2)`` as
+    [ceil(n/64), n/2, 64, 2], C float32 [n, n])."""
+    s, args = gemm.bf16_gemm_schedule(n, n, n)
+    return te.build(s, args, name=f"gemm_bf16_{n}")
 
 
 def build_fp32_gemm(n):
@@ -47,7 +55,18 @@ def build_fp32_gemm(n):
     return te.build(s, args, name=f"gemm_f32_{n}")
 
 
+def _bf16_bits(x):
+    """Round float32 to bfloat16 (nearest even); the uint16 bit patterns."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _bits_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
 def measure(n, rounds, threads):
+    """Check and time every contender at n x n x n; returns ``(name, threads) -> GOP/s``."""
     rng = np.random.default_rng(0)
     a8 = rng.integers(0, 128, (n, n)).astype(np.uint8)
     b8 = rng.integers(-128, 128, (n, n)).astype(np.int8)
@@ -56,21 +75,32 @@ def measure(n, rounds, threads):
     bp = pack_vnni(b8, gemm.PANEL)
     f8(a8, bp, c32)
     assert np.array_equal(c32, a8.astype(np.int64) @ b8.astype(np.int64)), "int8 GEMM wrong"
+    ah = _bf16_bits(rng.standard_normal((n, n)))
+    bh = _bf16_bits(rng.standard_normal((n, n)))
+    fh = build_bf16_gemm(n)
+    bhp = pack_vnni(bh, gemm.PANEL, group=2)
+    ch = np.full((n, n), np.nan, np.float32)
+    fh(ah, bhp, ch)
+    ref = _bits_f32(ah).astype(np.float64) @ _bits_f32(bh).astype(np.float64)
+    assert np.abs(ch - ref).max() <= 1e-5 * np.abs(ref).max(), "bf16 GEMM wrong"
     ff = build_fp32_gemm(n)
     af, bf = a8.astype(np.float32), b8.astype(np.float32)
     cf = np.full((n, n), np.nan, np.float32)
     ff(af, bf, cf)
-    contenders = {"tedsl int8 (vpdpbusd)": (f8.set_num_threads, lambda: f8(a8, bp, c32)),
-                  "tedsl fp32": (ff.set_num_threads, lambda: ff(af, bf, cf))}
+    contenders = {"int8": (f8.set_num_threads, lambda: f8(a8, bp, c32)),
+                  "bf16": (fh.set_num_threads, lambda: fh(ah, bhp, ch)),
+                  "fp32": (ff.set_num_threads, lambda: ff(af, bf, cf))}
     try:
         import torch
         ta = torch.from_numpy(a8.astype(np.int8) // 2)    # _int_mm takes int8 x int8
         tb = torch.from_numpy(b8)
         torch._int_mm(ta, tb)
-        contenders["torch._int_mm (s8 x s8)"] = (torch.set_num_threads,
-                                                 lambda: torch._int_mm(ta, tb))
+        contenders["torch int8"] = (torch.set_num_threads, lambda: torch._int_mm(ta, tb))
+        tha = torch.from_numpy(_bits_f32(ah)).to(torch.bfloat16)
+        thb = torch.from_numpy(_bits_f32(bh)).to(torch.bfloat16)
+        contenders["torch bf16"] = (torch.set_num_threads, lambda: torch.matmul(tha, thb))
     except (ImportError, AttributeError, RuntimeError) as e:
-        print(f"torch._int_mm not measured: {e}")
+        print(f"torch not measured: {e}")
     times = interleaved(contenders, rounds, threads)
     ops = 2.0 * n ** 3
     return {key: ops / t / 1e9 for key, t in times.items()}
@@ -82,8 +112,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=None)
     opts = ap.parse_args()
-    if vnni_lanes() < 16:
-        raise SystemExit("this CPU has no AVX-512 VNNI: the int8 GEMM is not measured")
+    if vnni_lanes() < 16 or not has_feature(*host_cpu(), "avx512bf16"):
+        raise SystemExit("this CPU lacks AVX-512 VNNI or BF16: the GEMMs are not measured")
     sizes = opts.sizes or ([512] if opts.quick else [512, 1024])
     rounds = opts.rounds or (3 if opts.quick else 7)
     threads = (1, 2)
@@ -91,24 +121,28 @@ def main():
     for n in sizes:
         t0 = time.perf_counter()
         g = measure(n, rounds, threads)
-        names = sorted({k for k, _ in g})
         for nt in threads:
-            i8, f32 = g[("tedsl int8 (vpdpbusd)", nt)], g[("tedsl fp32", nt)]
-            tm = g.get(("torch._int_mm (s8 x s8)", nt))
-            rows.append([f"{n}³", nt, f"{i8:.0f}", f"{f32:.0f}",
-                         f"{tm:.0f}" if tm else "—", f"{i8 / f32:.2f}×",
-                         f"{i8 / tm:.2f}×" if tm else "—"])
-        print(f"n={n}: {', '.join(names)} measured in {time.perf_counter() - t0:.0f} s")
-    header = ["size", "threads", "int8 GOP/s", "fp32 GOP/s", "torch._int_mm GOP/s",
-              "int8 / fp32", "int8 / torch"]
+            r = {k: g.get((k, nt)) for k in ("int8", "bf16", "fp32", "torch int8", "torch bf16")}
+            fmt = lambda x: f"{x:.0f}" if x else "—"                     # noqa: E731
+            ratio = lambda x, y: f"{x / y:.2f}×" if x and y else "—"    # noqa: E731
+            rows.append([f"{n}³", nt] + [fmt(r[k]) for k in r] +
+                        [ratio(r["int8"], r["fp32"]), ratio(r["bf16"], r["fp32"]),
+                         ratio(r["int8"], r["torch int8"]), ratio(r["bf16"], r["torch bf16"])])
+        print(f"n={n} measured in {time.perf_counter() - t0:.0f} s")
+    header = ["size", "threads", "int8 GOP/s", "bf16 GOP/s", "fp32 GOP/s", "torch int8",
+              "torch bf16", "int8 / fp32", "bf16 / fp32", "int8 / torch", "bf16 / torch"]
     table = markdown_table(header, rows)
     print(machine_description())
     print(table)
-    write_results("lowp", "## lowp: int8 GEMM with VNNI (tensorize)\n\n" + table + "\n\n"
-                  "u8 x s8 -> s32 through `s[CC].tensorize(.., tedsl.tensorize.x86."
-                  "dot_u8s8_s32())` (one `vpdpbusd` per 16 x 4 block) against tedsl's own "
-                  "float32 GEMM schedule and `torch._int_mm` (s8 x s8, its only int8 CPU "
-                  "matmul); GOP/s count 2 operations per multiply-add; medians of "
+    write_results("lowp", "## lowp: int8 and bf16 GEMM with tensorize (VNNI, AVX-512 BF16)"
+                  "\n\n" + table + "\n\n"
+                  "int8: u8 x s8 -> s32 through `tedsl.tensorize.x86.dot_u8s8_s32()` (one "
+                  "`vpdpbusd` per 16 x 4 block); bf16: bf16 x bf16 -> f32 through "
+                  "`dot_bf16_f32()` (one `vdpbf16ps` per 16 x 2 block); same schedule "
+                  "(`tedsl.tensorize.gemm`, 6 x 64 register tiles). Against tedsl's own float32 "
+                  "GEMM schedule, `torch._int_mm` (s8 x s8, its int8 CPU matmul) and "
+                  "`torch.matmul` on bfloat16; GOP/s count 2 operations per multiply-add; "
+                  "medians of "
                   f"{rounds} interleaved rounds.")
 
 

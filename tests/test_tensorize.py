@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 import tedsl as te
+from tedsl.codegen.llvm_intrin import has_feature
+from tedsl.codegen.target import host_cpu
 from tedsl.errors import DefinitionError, ScheduleError, TargetUnavailableError
 from tedsl.tensorize.x86 import dot_u8s8_s32, pack_vnni, vnni_lanes
 
@@ -184,17 +186,45 @@ def test_user_declared_intrinsic_and_its_reset(rng):
         te.decl_tensor_intrin(X, lower)
 
 
+def run_tiled(name, m, n, k, a, b, group, intrin):
+    """Build ``tedsl.tensorize.gemm``'s schedule ``name``, check it applies ``intrin`` to the
+    local accumulators, run it on ``a`` and ``b`` (B packed here); returns C."""
+    from tedsl.tensorize import gemm
+    s, args = getattr(gemm, name)(m, n, k)
+    assert f"{intrin}(C.local[" in str(te.lower(s, args))
+    c = poisoned((m, n), args[2].dtype)
+    te.build(s, args)(a, pack_vnni(b, gemm.PANEL, group=group), c)
+    return c
+
+
 @needs_vnni
 @pytest.mark.parametrize("m,n,k", [(100, 100, 100), (13, 72, 36)])
 def test_register_tiled_int8_gemm(rng, m, n, k):
     # local accumulators (cache_write + compute_at), unrolled tile, parallel panels; partial
     # tiles in both directions run as loops
-    from tedsl.tensorize.gemm import PANEL, int8_gemm_schedule
-    s, args = int8_gemm_schedule(m, n, k)
-    assert "x86.vpdpbusd.512(C.local[" in str(te.lower(s, args))
-    f = te.build(s, args)
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     b = rng.integers(-128, 128, (k, n)).astype(np.int8)
-    c = poisoned((m, n), "int32")
-    f(a, pack_vnni(b, PANEL), c)
+    c = run_tiled("int8_gemm_schedule", m, n, k, a, b, 4, "x86.vpdpbusd.512")
     np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
+
+
+needs_bf16 = pytest.mark.skipif(not has_feature(*host_cpu(), "avx512bf16"),
+                                reason="the CPU has no AVX-512 BF16 (vdpbf16ps)")
+
+
+@needs_bf16
+@pytest.mark.parametrize("m,n,k", [(24, 128, 64), (13, 72, 38)])
+def test_bf16_gemm_within_rounding(rng, m, n, k):
+    from conftest import bf16_bits_to_f32, f32_to_bf16_bits
+    a = f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
+    b = f32_to_bf16_bits(rng.standard_normal((k, n)).astype(np.float32))
+    c = run_tiled("bf16_gemm_schedule", m, n, k, a, b, 2, "x86.vdpbf16ps.512")
+    ref = bf16_bits_to_f32(a).astype(np.float64) @ bf16_bits_to_f32(b).astype(np.float64)
+    # products of bfloat16 values are exact in float32; only the float32 sums round
+    np.testing.assert_allclose(c, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_bf16_refused_without_the_feature():
+    from tedsl.tensorize.x86 import dot_bf16_f32
+    with pytest.raises(TargetUnavailableError, match="has no AVX-512 BF16"):
+        dot_bf16_f32(target="llvm -mattr=-avx512bf16")

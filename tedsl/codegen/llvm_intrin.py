@@ -8,41 +8,68 @@ selected, or would stop the program as an illegal instruction).
 ``l < 16`` (8), ``q < 4`` with C int32, A 4 uint8 (broadcast to every lane) and B 16 x 4 (8 x 4)
 int8, contiguous: one ``vpdpbusd`` (AVX-512 VNNI; the 256-bit form with AVX-512 VNNI and VL or
 with AVX-VNNI).
+
+``x86.vdpbf16ps.512``: ``C[l] += A[0] * B[l, 0] + A[1] * B[l, 1]`` for ``l < 16`` with C
+float32, A 2 bfloat16 (broadcast) and B 16 x 2 bfloat16, contiguous: one ``vdpbf16ps``
+(AVX-512 BF16; the products are exact, the sum is rounded to float32 as the instruction does,
+denormals flushed).
 """
 from llvmlite import ir
 
 from ..errors import ScheduleError, TargetUnavailableError
-from .llvm_expr import I32
+from .llvm_expr import F32, I32
 from .llvm_memory import flat_index
 
 # CPUs (for -mcpu) that have each feature; without -mcpu the host's features decide
 _CPUS_WITH = {
     "avx512vnni": {"cascadelake", "cooperlake", "icelake-client", "icelake-server", "tigerlake",
                    "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"},
+    "avx512bf16": {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
+                   "znver5"},
     "avxvnni": {"alderlake", "raptorlake", "meteorlake", "arrowlake", "sapphirerapids",
                 "emeraldrapids", "graniterapids", "znver5"},
 }
 
 
-def _vpdpbusd(cg, s, lanes):
+class _BFloat(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no such type; only the intrinsic's operands use it)."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, _BFloat)
+
+    def __hash__(self):
+        return hash("bfloat")
+
+
+def _dot(cg, s, llvm_name, acc_t, lanes, operand_t=None):
+    """``C = llvm_name(C, broadcast(A's 4-byte word), B)`` on ``lanes`` lanes; the operands
+    are ``<lanes x i32>`` or, bitcast, ``operand_t``."""
     c, a, b = s.regions
-    vt = ir.VectorType(I32, lanes)
-    pc = cg._addr(c.buffer, cg.expr(flat_index(c.buffer, c.indices)))
-    pa = cg._addr(a.buffer, cg.expr(flat_index(a.buffer, a.indices)))
-    pb = cg._addr(b.buffer, cg.expr(flat_index(b.buffer, b.indices)))
+    vt, wt = ir.VectorType(acc_t, lanes), ir.VectorType(I32, lanes)
+    ot = operand_t or wt
+    pc, pa, pb = (cg._addr(r.buffer, cg.expr(flat_index(r.buffer, r.indices)))
+                  for r in (c, a, b))
     acc = cg.b.load(pc, typ=vt, align=4)
-    word = cg.b.load(pa, typ=I32, align=1)
-    av = cg.b.insert_element(ir.Constant(vt, None), word, ir.Constant(I32, 0))
-    av = cg.b.shuffle_vector(av, ir.Constant(vt, None), ir.Constant(vt, [0] * lanes))
-    bv = cg.b.load(pb, typ=vt, align=1)
-    bits = 512 if lanes == 16 else 256
-    r = cg.intrinsic(f"llvm.x86.avx512.vpdpbusd.{bits}", vt, [acc, av, bv])
+    av = cg.b.insert_element(ir.Constant(wt, None), cg.b.load(pa, typ=I32, align=1),
+                             ir.Constant(I32, 0))
+    av = cg.b.shuffle_vector(av, ir.Constant(wt, None), ir.Constant(wt, [0] * lanes))
+    if ot is not wt:
+        av = cg.b.bitcast(av, ot)
+    r = cg.intrinsic(llvm_name, vt, [acc, av, cg.b.load(pb, typ=ot, align=1)])
     cg.b.store(r, pc, align=4)
 
 
 EMITTERS = {
-    "x86.vpdpbusd.512": (lambda cg, s: _vpdpbusd(cg, s, 16), ("avx512vnni",)),
-    "x86.vpdpbusd.256": (lambda cg, s: _vpdpbusd(cg, s, 8), ("avx512vnni|avxvnni",)),
+    "x86.vpdpbusd.512": (lambda cg, s: _dot(cg, s, "llvm.x86.avx512.vpdpbusd.512", I32, 16),
+                         ("avx512vnni",)),
+    "x86.vpdpbusd.256": (lambda cg, s: _dot(cg, s, "llvm.x86.avx512.vpdpbusd.256", I32, 8),
+                         ("avx512vnni|avxvnni",)),
+    "x86.vdpbf16ps.512": (lambda cg, s: _dot(cg, s, "llvm.x86.avx512bf16.dpbf16ps.512", F32,
+                                             16, ir.VectorType(_BFloat(), 32)),
+                          ("avx512bf16",)),
 }
 
 

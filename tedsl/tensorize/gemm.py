@@ -1,4 +1,5 @@
-"""An int8 GEMM scheduled with the VNNI intrinsic: ``C = A @ B`` with A uint8 ``M x K``, B
+"""GEMMs scheduled with the dot-product intrinsics (:func:`bf16_gemm_schedule` is the same
+schedule with ``vdpbf16ps``, pairs instead of groups of 4).  The int8 one, with VNNI: ``C = A @ B`` with A uint8 ``M x K``, B
 int8 ``K x N`` packed by ``tedsl.tensorize.x86.pack_vnni(B, 16 * cols)`` into panels of the
 register tile's width, ``[ceil(N/(16 cols)), K/4, 16 cols, 4]`` (the ``cols`` 64-byte blocks of
 one k step adjacent: one stream of B per tile), and C int32.
@@ -11,7 +12,7 @@ registers after unrolling): each k step of 4 loads ``cols`` 64-byte blocks of B,
 tiles (``M % mr``, ``N % (16 cols)``) run as ordinary loops after the full ones.
 """
 from ..errors import ArgumentError
-from .x86 import dot_u8s8_s32
+from .x86 import dot_bf16_f32, dot_u8s8_s32
 
 MR, COLS = 6, 4            # rows x 16-lane blocks per register tile (24 accumulators)
 PANEL = 16 * COLS          # the width of B's panels at the default tile (pack_vnni's width)
@@ -20,20 +21,35 @@ PANEL = 16 * COLS          # the width of B's panels at the default tile (pack_v
 def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
     """The schedule of an (m x k) uint8 @ (k x n) int8 -> int32 product; returns
     ``(s, [A, Bp, C])`` with ``Bp`` packed by ``pack_vnni(B, 16 * cols)``."""
-    if k_ % 4:
-        raise ArgumentError(f"int8_gemm_schedule: k = {k_} must be a multiple of 4 (pad A and "
-                            "B with zeros)")
+    return _dot_gemm(m, n, k_, mr, cols, ("uint8", "int8", "int32"), 4, dot_u8s8_s32(16))
+
+
+def bf16_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
+    """The schedule of an (m x k) @ (k x n) bfloat16 product accumulated in float32 with
+    ``vdpbf16ps``; returns ``(s, [A, Bp, C])`` with A bfloat16 (uint16 bit patterns), ``Bp``
+    packed by ``pack_vnni(B_bits, 16 * cols, group=2)`` and C float32."""
+    return _dot_gemm(m, n, k_, mr, cols, ("bfloat16", "bfloat16", "float32"), 2,
+                     dot_bf16_f32())
+
+
+def _dot_gemm(m, n, k_, mr, cols, dtypes, group, intrin):
+    a_dtype, b_dtype, acc = dtypes
+    if k_ % group:
+        raise ArgumentError(f"{intrin.name} GEMM: k = {k_} must be a multiple of {group} (pad "
+                            "A and B with zeros)")
     import tedsl as te
     lanes = 16
     nr = lanes * cols
-    A = te.placeholder((m, k_), "uint8", name="A")
-    Bp = te.placeholder(((n + nr - 1) // nr, k_ // 4, nr, 4), "int8", name="Bp")
+    A = te.placeholder((m, k_), a_dtype, name="A")
+    Bp = te.placeholder(((n + nr - 1) // nr, k_ // group, nr, group), b_dtype, name="Bp")
     k = te.reduce_axis((0, k_), name="k")
-    Ap = te.compute(((m + mr - 1) // mr, k_ // 4, mr, 4), lambda x, y, z, w: te.if_then_else(
-        x * mr + z < m, A[x * mr + z, y * 4 + w], te.const(0, "uint8")), name="Ap")
+    Ap = te.compute(((m + mr - 1) // mr, k_ // group, mr, group),
+                    lambda x, y, z, w: te.if_then_else(x * mr + z < m, A[x * mr + z,
+                                                                        y * group + w],
+                                                       te.const(0, a_dtype)), name="Ap")
     C = te.compute((m, n), lambda i, j: te.sum(
-        Ap[i // mr, k // 4, i % mr, k % 4].astype("int32") *
-        Bp[j // nr, k // 4, j % nr, k % 4].astype("int32"), axis=k), name="C")
+        Ap[i // mr, k // group, i % mr, k % group].astype(acc) *
+        Bp[j // nr, k // group, j % nr, k % group].astype(acc), axis=k), name="C")
     s = te.create_schedule(C)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
@@ -41,11 +57,11 @@ def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
     s[CC].compute_at(s[C], io)
     ic, jc = s[CC].op.axis
     jco, jci = s[CC].split(jc, lanes)
-    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], 4)
+    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], group)
     s[CC].reorder(ko, ic, jco, jci, ki)
     s[CC].unroll(ic)
     s[CC].unroll(jco)
-    s[CC].tensorize(jci, dot_u8s8_s32(lanes))
+    s[CC].tensorize(jci, intrin)
     jio, jii = s[C].split(ji, lanes)
     s[C].unroll(jio)
     s[C].vectorize(jii)
@@ -54,4 +70,4 @@ def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
     return s, [A, Bp, C]
 
 
-__all__ = ["COLS", "MR", "PANEL", "int8_gemm_schedule"]
+__all__ = ["COLS", "MR", "PANEL", "bf16_gemm_schedule", "int8_gemm_schedule"]
