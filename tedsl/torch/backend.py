@@ -88,10 +88,20 @@ class Kernel:
         self.mod, self.scalar_vars, self.n_nodes = mod, scalar_vars, n_nodes
 
 
+OPS_ANCHORS = {"matmul", "batch_matmul", "dense", "conv2d_nchw", "conv2d_nhwc",
+               "depthwise_conv2d_nchw", "softmax", "layer_norm", "max_pool2d", "avg_pool2d"}
+
+
 def _schedule(out):
+    """The operators' default schedule for a kernel holding one of ``tedsl.ops``' anchors
+    (matmul, convolution, softmax, layer norm, pooling: their blocked schedules), else
+    ``te.auto_schedule`` where it exists."""
+    from tedsl.te import graph
     try:
         from tedsl.auto import auto_schedule
     except ImportError:
+        auto_schedule = None
+    if any(getattr(op, "tag", None) in OPS_ANCHORS for op in graph.post_order([out])):
         auto_schedule = None
     if auto_schedule is not None:
         try:

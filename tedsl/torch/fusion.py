@@ -28,6 +28,15 @@ RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
             torch.ops.aten.reshape.default)
 
 
+_A = torch.ops.aten
+# elementwise ops that cost many instructions per element: a matmul or convolution is not
+# fused into a kernel that evaluates them (its register tile would run them per element
+# without the vector code the stand-alone elementwise kernel gets)
+COSTLY = {_A.gelu.default, _A.silu.default, _A.sigmoid.default, _A.tanh.default,
+          _A.exp.default, _A.log.default, _A.erf.default, _A.pow.Tensor_Tensor,
+          _A.pow.Scalar, _A.sin.default, _A.cos.default}
+
+
 class TeNode:
     """A node that lowers to te: its kind, lowering, output index (multi-output ops) and the
     FX nodes of its tensor inputs."""
@@ -237,6 +246,7 @@ def plan(graph, te_nodes):
     stored, eager_views, boundary_views = set(), set(), set()
     groups = {}         # node -> frozenset of kernel roots it flows into
     reductions = {}     # root -> count of reductions fused in its kernel
+    costly = {}         # root -> whether its kernel evaluates a transcendental per element
     heavy_read = {}
     for n in reversed(order):
         tn = te_nodes[n]
@@ -263,11 +273,17 @@ def plan(graph, te_nodes):
             if not store:
                 (g,) = gs
                 store = reductions[g] > 0
+            if not store and tn.kind == "heavy":
+                (g,) = gs
+                store = costly[g]      # a costly epilogue is cheaper outside the tile
         if store:
             stored.add(n)
             groups[n] = {n}
             reductions[n] = int(tn.kind in ("reduce", "heavy"))
+            costly[n] = n.target in COSTLY
         else:
+            for g in gs:
+                costly[g] = costly[g] or n.target in COSTLY
             groups[n] = gs
             if tn.kind in ("reduce", "heavy"):
                 (g,) = gs
