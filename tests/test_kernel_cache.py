@@ -190,3 +190,24 @@ def test_cli_cache_info_and_clear(cache_dir):
     assert "0 kernel(s)" in run("info").stdout
     p = run("drop")
     assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_trim_keeps_the_most_recently_used_entries(cache_dir, rng, monkeypatch):
+    """Over TEDSL_CACHE_MAX_MB the least recently used entries go (a hit counts as a use),
+    down to 80% of the limit; under it nothing goes."""
+    monkeypatch.setattr(kernel_cache, "link_in_background", lambda *a, **k: None)
+    for factor in (2, 4, 8):
+        s, args = matmul(factor=factor)
+        te.build(s, args)
+    paths = sorted(kernel_cache._entries(str(cache_dir)))
+    assert len(paths) == 3
+    sizes = {p: os.path.getsize(p) for p in paths}
+    for age, p in enumerate(paths):              # oldest first: paths[0]
+        os.utime(p, (1000 + age, 1000 + age))
+    assert kernel_cache.trim(limit=sum(sizes.values()) * 10) == 0
+    s, args = matmul(factor=2)                   # a hit makes its entry the newest
+    check_matmul(te.build(s, args), rng)
+    hit = max(kernel_cache._entries(str(cache_dir)), key=os.path.getmtime)
+    limit = int(sizes[hit] / 0.8) + 1            # room for one entry only
+    assert kernel_cache.trim(limit=limit) == 2
+    assert list(kernel_cache._entries(str(cache_dir))) == [hit]

@@ -21,12 +21,15 @@ neither LLVM nor its initialisation: a hit then costs a few milliseconds.
 
 The directory is ``TEDSL_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/tedsl`` (default
 ``~/.cache/tedsl``).  ``TEDSL_CACHE=0`` disables the cache (``python -m tedsl cache info`` and
-``clear`` manage it).
+``clear`` manage it).  The cache holds at most ``TEDSL_CACHE_MAX_MB`` megabytes (default
+2048): now and then a store deletes the least recently used entries (a hit refreshes an
+entry's modification time) down to 80% of that.
 """
 import base64
 import hashlib
 import json
 import os
+import random
 import struct
 import tempfile
 import time
@@ -34,6 +37,7 @@ import zlib
 
 MAGIC = b"TEDSLKC1\n"
 SUFFIX = ".kernel"
+TRIM_EVERY = 32                 # a store checks the cache's size once in this many, at random
 
 
 def enabled():
@@ -80,6 +84,8 @@ def store(key, meta, obj, texts=None):
         os.replace(tmp, path)           # atomic: a reader sees the old entry or the new one
         _discard(_so_path(key))         # linked from a previous entry of this key
         _discard(_so_path(key)[:-3] + ".nolink")
+        if random.random() * TRIM_EVERY < 1:
+            trim()
         return path
     except OSError:
         if tmp is not None:
@@ -140,6 +146,10 @@ def read(key):
     except (ValueError, KeyError, TypeError, struct.error):
         _discard(path)
         return None
+    try:
+        os.utime(path)                  # recently used: the last to go when the cache is trimmed
+    except OSError:
+        pass
     return header, obj
 
 
@@ -170,6 +180,45 @@ def info():
         except OSError:
             pass
     return {"dir": root, "enabled": enabled(), "entries": n, "bytes": size}
+
+
+def max_bytes():
+    """The most bytes the cache keeps (``TEDSL_CACHE_MAX_MB``, default 2048)."""
+    try:
+        return int(float(os.environ.get("TEDSL_CACHE_MAX_MB", "2048")) * 2 ** 20)
+    except ValueError:
+        return 2048 * 2 ** 20
+
+
+def trim(limit=None):
+    """Delete the least recently used entries (with their linked libraries) until the cache
+    holds at most 80% of ``limit`` bytes (default ``max_bytes()``) when it holds more than
+    ``limit``; returns how many entries went."""
+    limit = max_bytes() if limit is None else limit
+    rows = []
+    for p in _entries(cache_dir()):
+        size = 0
+        for q in (p, p[:-len(SUFFIX)] + ".so"):
+            try:
+                size += os.path.getsize(q)
+            except OSError:
+                pass
+        try:
+            rows.append((os.path.getmtime(p), size, p))
+        except OSError:
+            pass
+    total = sum(r[1] for r in rows)
+    if total <= limit:
+        return 0
+    n = 0
+    for _, size, p in sorted(rows):
+        if total <= 0.8 * limit:
+            break
+        for q in (p, p[:-len(SUFFIX)] + ".so", p[:-len(SUFFIX)] + ".nolink"):
+            _discard(q)
+        total -= size
+        n += 1
+    return n
 
 
 def clear():
