@@ -166,3 +166,25 @@ def test_attached_buffer_private_to_vector_lanes_and_threads_on_every_tail_path(
     with pytest.warns(UserWarning, match="runs as scalar code"):
         out = _run(s, [A, B, T3], [a, b], (17, 19))
     np.testing.assert_array_equal(out, _stencil_of_matmul_ref(a, b))
+
+
+def test_refused_tile_leaves_the_stage_unchanged(rng):
+    """tile(i, i, ...) is refused at its second split; the first split must not stay behind
+    (the schedule then differed from its trace, and a producer attached at the half-made loop
+    computed wrong values: seed 101, case 6206)."""
+    A = te.placeholder((9,), "float32", name="A")
+    C = te.placeholder((9,), "float32", name="C")
+    T2 = te.compute((9,), lambda i: te.max(A[i], 0.25), name="T2")
+    T3 = te.compute((9,), lambda i: T2[i] + C[i], name="T3")
+    s = te.create_schedule([T3])
+    i = T3.op.axis[0]
+    s[T3].vectorize(i)
+    with pytest.raises(te.ScheduleError, match="already split"):
+        s[T3].tile(i, i, 2, 16)
+    assert s[T3].leaf_iter_vars == [i]
+    assert [st.prim for st in s.trace.steps] == ["vectorize"]
+    s[T2].compute_at(s[T3], i)
+    a = rng.uniform(-1.5, 1.5, 9).astype("float32")
+    c = rng.uniform(0.5, 1.5, 9).astype("float32")
+    out = _run(s, [A, C, T3], [a, c], (9,), "float32")
+    np.testing.assert_allclose(out, np.maximum(a, 0.25) + c, rtol=1e-6)

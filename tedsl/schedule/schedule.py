@@ -4,6 +4,8 @@ Every primitive validates its arguments at once and raises a :class:`ScheduleErr
 naming the stage and the loop.  Legality against data dependences is checked by ``poly``
 (at the primitive where it can be known then, otherwise at ``lower``).
 """
+import copy
+
 from ..errors import AttachError, InvalidAxisError, ScheduleError
 from ..ir import expr as E
 from ..ir.simplify import simplify
@@ -249,10 +251,19 @@ class Stage:
 
     @recorded
     def tile(self, x_parent, y_parent, x_factor, y_factor):
-        """Split two loops and order them ``(x.outer, y.outer, x.inner, y.inner)``."""
-        xo, xi = self.split(x_parent, factor=x_factor)
-        yo, yi = self.split(y_parent, factor=y_factor)
-        self.reorder(xo, yo, xi, yi)
+        """Split two loops and order them ``(x.outer, y.outer, x.inner, y.inner)``.  A refused
+        tile leaves the stage as it was (not with its first split done)."""
+        saved = {k: copy.copy(getattr(self, k)) for k in (
+            "all_iter_vars", "leaf_iter_vars", "relations", "deferred", "attrs", "extents",
+            "replaced_by")}
+        try:
+            xo, xi = self.split(x_parent, factor=x_factor)
+            yo, yi = self.split(y_parent, factor=y_factor)
+            self.reorder(xo, yo, xi, yi)
+        except BaseException:
+            for k, v in saved.items():
+                setattr(self, k, v)
+            raise
         return xo, yo, xi, yi
 
     @recorded
