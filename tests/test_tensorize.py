@@ -228,3 +228,23 @@ def test_bf16_refused_without_the_feature():
     from tedsl.tensorize.x86 import dot_bf16_f32
     with pytest.raises(TargetUnavailableError, match="has no AVX-512 BF16"):
         dot_bf16_f32(target="llvm -mattr=-avx512bf16")
+
+
+@needs_vnni
+def test_requantization_epilogue_fused(rng):
+    # int32 sums scaled, rounded by a shift, clamped and cast to int8 on each register tile:
+    # no int32 matrix is stored (the accumulator is the tile's local buffer)
+    from tedsl.tensorize.gemm import PANEL, int8_gemm_schedule
+    m, n, k = 30, 100, 64
+
+    def requant(acc, i, j):
+        return te.max(te.min((acc * 3 + (1 << 9)) >> 10, 127), -128).astype("int8")
+    s, args = int8_gemm_schedule(m, n, k, epilogue=requant)
+    ir = str(te.lower(s, args))
+    assert "x86.vpdpbusd.512(acc[" in ir and "int32[30, 100]" not in ir
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    c = poisoned((m, n), "int8")
+    te.build(s, args)(a, pack_vnni(b, PANEL), c)
+    ref = np.clip((a.astype(np.int64) @ b.astype(np.int64) * 3 + (1 << 9)) >> 10, -128, 127)
+    np.testing.assert_array_equal(c, ref)

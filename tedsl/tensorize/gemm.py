@@ -18,10 +18,15 @@ MR, COLS = 6, 4            # rows x 16-lane blocks per register tile (24 accumul
 PANEL = 16 * COLS          # the width of B's panels at the default tile (pack_vnni's width)
 
 
-def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
+def int8_gemm_schedule(m, n, k_, mr=MR, cols=COLS, epilogue=None):
     """The schedule of an (m x k) uint8 @ (k x n) int8 -> int32 product; returns
-    ``(s, [A, Bp, C])`` with ``Bp`` packed by ``pack_vnni(B, 16 * cols)``."""
-    return _dot_gemm(m, n, k_, mr, cols, ("uint8", "int8", "int32"), 4, dot_u8s8_s32(16))
+    ``(s, [A, Bp, C])`` with ``Bp`` packed by ``pack_vnni(B, 16 * cols)``.
+
+    ``epilogue(acc, i, j)``, when given, maps each int32 sum to the output element (e.g. a
+    requantization: scale, shift, clamp, cast to int8); it runs on each register tile as it
+    is written, and C is its result (no int32 matrix is stored)."""
+    return _dot_gemm(m, n, k_, mr, cols, ("uint8", "int8", "int32"), 4, dot_u8s8_s32(16),
+                     epilogue)
 
 
 def bf16_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
@@ -32,7 +37,7 @@ def bf16_gemm_schedule(m, n, k_, mr=MR, cols=COLS):
                      dot_bf16_f32())
 
 
-def _dot_gemm(m, n, k_, mr, cols, dtypes, group, intrin):
+def _dot_gemm(m, n, k_, mr, cols, dtypes, group, intrin, epilogue=None):
     a_dtype, b_dtype, acc = dtypes
     if k_ % group:
         raise ArgumentError(f"{intrin.name} GEMM: k = {k_} must be a multiple of {group} (pad "
@@ -49,9 +54,16 @@ def _dot_gemm(m, n, k_, mr, cols, dtypes, group, intrin):
                                                        te.const(0, a_dtype)), name="Ap")
     C = te.compute((m, n), lambda i, j: te.sum(
         Ap[i // mr, k // group, i % mr, k % group].astype(acc) *
-        Bp[j // nr, k // group, j % nr, k % group].astype(acc), axis=k), name="C")
-    s = te.create_schedule(C)
-    CC = s.cache_write(C, "local")
+        Bp[j // nr, k // group, j % nr, k % group].astype(acc), axis=k),
+        name="C" if epilogue is None else "acc")
+    if epilogue is None:
+        s = te.create_schedule(C)
+        CC = s.cache_write(C, "local")
+    else:
+        CC = C
+        C = te.compute((m, n), lambda i, j: epilogue(CC[i, j], i, j), name="C")
+        s = te.create_schedule(C)
+        s[CC].set_scope("local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
     s[C].reorder(jo, io, ii, ji)
     s[CC].compute_at(s[C], io)
