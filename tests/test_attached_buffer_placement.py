@@ -104,3 +104,32 @@ def test_rfactor_stage_at_a_thread_reduce_loop_is_allocated_per_thread():
     assert len(allocs) == 1 and not allocs[0][1], func
     text = str(func)
     assert text.index("in thread(\"threadIdx.x\")") < text.index("B.rf = allocate"), text
+
+
+def test_self_contained_path_inside_a_shared_span_keeps_its_own_copy(rng):
+    # fuzz seed 12 case 194: on the tail path the producer runs once outside the vectorized
+    # loop, so one copy is allocated around the paths; the full-tile paths inside that span
+    # produce and consume under the vectorized loop and need a copy per lane
+    A = te.placeholder((12,), "int32", name="A")
+    T2 = te.compute((12,), lambda i: A[i] * 2, name="T2")
+    T3 = te.compute((14,), lambda i: te.if_then_else(te.all(i >= 1, i < 13), T2[i - 1], 0),
+                    name="T3")
+    s = te.create_schedule([T3])
+    io, ii = s[T3].split(T3.op.axis[0], factor=3)
+    s[T2].compute_at(s[T3], ii)
+    s[T3].vectorize(ii)
+    func = te.lower(s, [A, T3])
+    writers = []
+
+    def fn(x):
+        if type(x) is N.For and x.kind == "vectorized" and \
+                any(a[1].name == "T2" and a[3] for a in accesses(x.body)):
+            own = []
+            visit(x.body, lambda y: own.append(y) if type(y) is N.Allocate and
+                  y.buffer.name == "T2" else None)
+            writers.append(bool(own))
+    visit(func.body, fn)
+    assert writers == [True, True], func     # the first and the full tiles, each with a copy
+    a = rand(rng, (12,), "int32")
+    with pytest.warns(UserWarning, match="runs as scalar code"):
+        check_kernel(s, [A, T3], [a], np.concatenate([[0], a * 2, [0]]).astype("int32"))

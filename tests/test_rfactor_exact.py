@@ -173,3 +173,28 @@ def test_rfactor_refuses_a_reduce_bound_that_is_not_affine():
     with pytest.raises(te.ScheduleError, match=r"rfactor\(C, k\): the range of k .* is not "
                        r"affine .*rfactor needs affine reduce bounds"):
         s.rfactor(C, C.op.reduce_axis[0])
+
+
+def test_rfactor_bounds_guard_a_data_dependent_where(rng):
+    # the factored loop is the only one left (no reduction in BF): the bounds of k must guard
+    # the user's where=A[i, k] > 0, which reads A at k (it was evaluated first and read A
+    # outside its shape: refused at lower)
+    n = te.var("n")
+    A = te.placeholder((n, n), "int32", name="A")
+
+    def body(i):
+        k = te.reduce_axis((0, i + 1), name="k")
+        return te.max(A[i, k], axis=k, where=A[i, k] > 0)
+    C = te.compute((n,), body, name="C")
+    s = te.create_schedule(C)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=6)
+    BF = s.rfactor(C, s[C].fuse(ko, ki))
+    s[BF].compute_at(s[C], C.op.axis[0])
+    f = te.build(s, [A, C, n], target="llvm")
+    for size in (15, 5):
+        x = rand(rng, (size, size), "int32", lo=-4, hi=4)
+        out = np.full(size, 7, "int32")
+        f(x, out, size)
+        i, k = np.ogrid[:size, :size]
+        ref = np.where((k <= i) & (x > 0), x, np.iinfo("int32").min).max(1)
+        np.testing.assert_array_equal(out, ref)

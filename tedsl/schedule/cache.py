@@ -466,20 +466,26 @@ def rfactor(s, tensor, axis, factor_axis=0):
             conds.append(E.compare("lt", substitute(vals[r], leafsub),
                                    substitute(st.extent(r), sub)))
     src = [substitute(x, sub) for x in red.source]
-    where = substitute(red.where, sub) if red.where is not None else None
+    user = substitute(red.where, sub) if red.where is not None else None
     ranges = {nv.var: (0, _const_or_none(nv.end, -1)) for nv in [fa, *others.values()]}
+    bounds = None
     for c in conds:
         c = simplify(c, ranges)
         if not (isinstance(c, E.Const) and c.value):
-            where = c if where is None else E.logical("and", where, c)
+            bounds = c if bounds is None else E.logical("and", bounds, c)
     axes = list(fresh_axis)
     axes.insert(factor_axis, fa)
     shape = [a.end for a in axes]
     if others:
+        where = user if bounds is None else \
+            bounds if user is None else E.logical("and", bounds, user)
         body = E.Reduce(red.combiner, src, list(others.values()), where, 0)
     else:
+        # the bounds guard the user's condition too (where=A[i, k] > 0 reads A at k)
         ident = red.combiner.identity_exprs([src[0].dtype])[0]
-        body = src[0] if where is None else E.if_then_else(where, src[0], ident)
+        body = src[0]
+        for c in (user, bounds):
+            body = body if c is None else E.if_then_else(c, body, ident)
     bop = ComputeOp(_fresh_name(s, f"{op.name}.rf", f"{op.name}.rf"), "rfactor", axes, [body],
                     shape)
     from .schedule import Stage

@@ -239,7 +239,7 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
     write the copy the consumer reads); ``held``, the buffers allocated around a tree, keeps the
     loops inside that span from allocating a second copy."""
     kids = _flat(tree)
-    spans, inside_if = {}, set()
+    spans, inside_if, own = {}, set(), set()
     for b in bufs.at_loop.get(iv, []):
         if b in held:
             continue
@@ -252,16 +252,20 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
                 continue
             if all(_uses(c, stages, st) for st in stages):    # producer and consumer both
                 if not _open(c, chain, stages):
+                    own.add((b, k))
                     continue
                 if type(c) is T.If:
                     inside_if.add(k)
+                    own.add((b, k))
                     continue
             shared.append(k)
         if shared:
             spans[b] = (shared[0], shared[-1] + 1)
     groups = []                                 # (first kid, end kid, statement)
     for k, c in enumerate(kids):
-        inside = {b for b, (i, j) in spans.items() if i <= k < j}
+        # a self-contained child inside the span keeps its own copies (sharing the span's copy
+        # made the lanes of its vectorized loop, or the threads of its parallel one, share one)
+        inside = {b for b, (i, j) in spans.items() if i <= k < j and (b, k) not in own}
         if k in inside_if:
             h = held | inside
             stmt = N.IfThen(c.cond, _body(c.then, bufs, ivenv, iv, h),
