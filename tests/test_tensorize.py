@@ -248,3 +248,13 @@ def test_requantization_epilogue_fused(rng):
     te.build(s, args)(a, pack_vnni(b, PANEL), c)
     ref = np.clip((a.astype(np.int64) @ b.astype(np.int64) * 3 + (1 << 9)) >> 10, -128, 127)
     np.testing.assert_array_equal(c, ref)
+
+
+def test_cpu_intrinsic_refused_for_cuda():
+    A, B, C, r = int8_gemm(8, 32, 16)
+    s = refused(C, r)
+    s[C].bind(s[C].leaf_iter_vars[0], te.thread_axis("blockIdx.x"))
+    with pytest.raises(ScheduleError, match=r"intrinsic x86.vpdpbusd.512 \(from tensorize\) is "
+                                            r"a CPU instruction; the CUDA backend has no "
+                                            r"emitter"):
+        te.build(s, [A, B, C], target="cuda")

@@ -23,7 +23,7 @@ them.  Example (an elementwise kernel after ``split`` + ``bind``)::
 """
 import re
 
-from ..errors import InternalError
+from ..errors import InternalError, ScheduleError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.functor import free_vars, walk
@@ -215,6 +215,11 @@ class KernelPrinter(CExprPrinter):
         if m is None:
             raise InternalError(f"the CUDA backend cannot print {type(s).__name__}")
         m(s)
+
+    def _s_IntrinCall(self, s):
+        raise ScheduleError(f"intrinsic {s.name} (from tensorize) is a CPU instruction; the "
+                            "CUDA backend has no emitter for it (CUDA mma intrinsics are not "
+                            "available yet): schedule this stage without tensorize for cuda")
 
     def block(self, s):
         self.ind += 1
