@@ -19,7 +19,9 @@ from a schedule:
 
 1. tensorizes a small int8 matrix product and prints the loops before and after;
 2. shows the refusals: a wrong split, an unpacked B, a CPU without VNNI;
-3. times the register-tiled int8 GEMM of ``tedsl.tensorize.gemm`` against tedsl's float32 GEMM.
+3. times the register-tiled int8 GEMM of ``tedsl.tensorize.gemm`` against tedsl's float32 GEMM;
+4. fuses a requantization epilogue (scale, rounding shift, clamp to int8) into that GEMM and
+   runs the same schedule in bfloat16 with ``vdpbf16ps`` (``dot_bf16_f32``).
 
 Run it with ``python tutorials/10_tensorize.py``.
 """
@@ -140,3 +142,41 @@ def best(fn, reps=5):
 t8, tf = best(lambda: f8(a8, bp, c8)), best(lambda: ff(af, bf, cf))
 print(f"n={n}, one thread: int8 {2 * n ** 3 / t8 / 1e9:.0f} GOP/s, float32 {2 * n ** 3 / tf / 1e9:.0f} "
       f"GFLOP/s ({tf / t8:.1f}x)")
+
+# %%
+# A requantization epilogue, and bfloat16
+# ---------------------------------------
+# ``epilogue(acc, i, j)`` maps each int32 sum to the output as its register tile is written:
+# here ``clamp((acc * 3 + 512) >> 10, -128, 127)`` as int8, the usual requantization of a
+# quantized layer.  No int32 matrix is stored.
+
+
+def requant(acc, i, j):
+    return te.max(te.min((acc * 3 + (1 << 9)) >> 10, 127), -128).astype("int8")
+
+
+m = 50
+fq = te.build(*int8_gemm_schedule(m, n, n, epilogue=requant))
+cq = np.empty((m, n), np.int8)
+fq(a8[:m], bp, cq)
+want = np.clip((a8[:m].astype(np.int64) @ b8.astype(np.int64) * 3 + 512) >> 10, -128, 127)
+print("requantized int8 output exact:", np.array_equal(cq, want))
+
+# The same schedule with ``vdpbf16ps``: bfloat16 inputs (passed as uint16 bit patterns), float32
+# sums; B packed in pairs of k (``group=2``).
+from tedsl.tensorize.gemm import bf16_gemm_schedule   # noqa: E402
+
+
+def to_bf16_bits(x):
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+ah, bh = to_bf16_bits(rng.standard_normal((m, n))), to_bf16_bits(rng.standard_normal((n, n)))
+fh = te.build(*bf16_gemm_schedule(m, n, n))
+ch = np.empty((m, n), np.float32)
+fh(ah, pack_vnni(bh, PANEL, group=2), ch)
+as_f64 = lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa
+ref = as_f64(ah) @ as_f64(bh)
+print(f"bf16 GEMM: largest error {np.abs(ch - ref).max() / np.abs(ref).max():.1e} of the "
+      "largest value (the products are exact, the float32 sums round)")
