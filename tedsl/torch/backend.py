@@ -21,6 +21,7 @@ import collections
 import logging
 import time
 
+import numpy as np
 import torch
 
 import tedsl as te
@@ -196,6 +197,28 @@ def _as_numpy(t):
     return t.numpy()
 
 
+class Values:
+    """The values of one call: PyTorch tensors and numpy views of the same memory, each made
+    from the other when first asked for (kernels pass numpy arrays between them; tensors are
+    made only for eager ops and outputs)."""
+    __slots__ = ("t", "a")
+
+    def __init__(self, n):
+        self.t, self.a = [None] * n, [None] * n
+
+    def array(self, s):
+        a = self.a[s]
+        if a is None:
+            a = self.a[s] = _as_numpy(self.t[s])
+        return a
+
+    def tensor(self, s):
+        t = self.t[s]
+        if t is None:
+            t = self.t[s] = torch.from_numpy(self.a[s])
+        return t
+
+
 class Program:
     """The compiled graph: a list of steps over a list of value slots."""
 
@@ -206,18 +229,23 @@ class Program:
         self.eager_ops = []
 
     def __call__(self, *args):
-        env = [None] * self.n_slots
+        env = Values(self.n_slots)
+        t = env.t
         for s, a in zip(self.input_slots, args):
-            env[s] = a
+            t[s] = a
         syms = None
         if self.sym_binds:
             syms = {}
             for slot, dim, name in self.sym_binds:
-                v = env[slot]
+                v = t[slot]
                 syms[name] = int(v) if dim is None else int(v.shape[dim])
         for step in self.steps:
             step(env, syms)
-        return tuple(env[o] if isinstance(o, int) else o[1] for o in self.outputs)
+        return tuple(env.tensor(o) if isinstance(o, int) else o[1] for o in self.outputs)
+
+
+NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64,
+             torch.int32: np.int32, torch.bool: np.bool_}
 
 
 class _KernelStep:
@@ -225,24 +253,36 @@ class _KernelStep:
 
     def __init__(self, kernel, ins, zero_d, out, shape, dtype, name):
         self.kernel, self.ins, self.zero_d, self.out = kernel, ins, zero_d, out
-        self.shape, self.dtype, self.name = shape, dtype, name
+        self.shape, self.dtype, self.name = shape, NP_DTYPES[dtype], name
         self.out0d = isinstance(shape, tuple) and len(shape) == 0
 
     def __call__(self, env, syms):
         arrs = []
         for s, z in zip(self.ins, self.zero_d):
-            a = _as_numpy(env[s])
+            a = env.array(s)
             arrs.append(a.reshape(1) if z else a)
         shape = self.shape
         if not isinstance(shape, tuple):
             shape = shape(syms)
-        out = torch.empty(shape, dtype=self.dtype)
-        o = out.numpy()
+        o = np.empty(shape, self.dtype)
         arrs.append(o.reshape(1) if self.out0d else o)
         for v in self.kernel.scalar_vars:
             arrs.append(syms[v])
         self.kernel.mod(*arrs)
-        env[self.out] = out
+        env.a[self.out] = o
+
+
+class _ReshapeStep:
+    """A view read only by kernels: a numpy reshape of its (contiguous) input."""
+    __slots__ = ("src", "out", "shape", "name")
+
+    def __init__(self, node, slot_of):
+        self.src, self.out = slot_of[node.args[0]], slot_of[node]
+        self.shape, self.name = _shape_fn(node.meta["val"]), node.name
+
+    def __call__(self, env, syms):
+        shape = self.shape if isinstance(self.shape, tuple) else self.shape(syms)
+        env.a[self.out] = env.array(self.src).reshape(shape)
 
 
 class _EagerStep:
@@ -257,7 +297,7 @@ class _EagerStep:
     def __call__(self, env, syms):
         args = _fill(self.args, env)
         kwargs = {k: _fill(v, env) for k, v in self.kwargs.items()}
-        env[self.out] = self.fn(*args, **kwargs)
+        env.t[self.out] = self.fn(*args, **kwargs)
 
 
 class _Slot:
@@ -277,7 +317,7 @@ def _slot_tree(a, slot_of):
 
 def _fill(a, env):
     if isinstance(a, _Slot):
-        return env[a.i]
+        return env.tensor(a.i)
     if isinstance(a, (list, tuple)):
         return type(a)(_fill(x, env) for x in a)
     return a
@@ -396,7 +436,10 @@ def compile_graph(gm, example_inputs=None, graph_name="graph"):
                     if isinstance(dim, torch.SymInt) and dim.node.expr.is_Symbol:
                         sym_binds.append((slot_of[n], d, dim.node.expr.name))
         elif n.op == "call_function":
-            if n in eager:
+            if n in eager and n.target in fusion.RESHAPES and all(
+                    u.op == "call_function" and u not in eager for u in n.users):
+                steps.append(_ReshapeStep(n, slot_of))
+            elif n in eager:
                 steps.append(_EagerStep(n, slot_of))
             elif n in kernel_of:
                 kern, boundary = kernel_of[n]
@@ -456,7 +499,7 @@ class _AttrStep:
         self.value, self.out = obj, slot_of[node]
 
     def __call__(self, env, syms):
-        env[self.out] = self.value
+        env.t[self.out] = self.value
 
 
 def _short(tn):
