@@ -9,7 +9,9 @@ Both low-precision schedules are ``tedsl.tensorize.gemm``'s: B packed in panels 
 ``[N/64, K/2, 64, 2]`` for bf16 bit patterns), A packed into panels of 6 rows in the kernel,
 6 x 64 register tiles accumulated over the whole of k, 24 instructions per k step.
 ``build_int8_gemm(n)`` and ``build_bf16_gemm(n)`` return the built modules with arguments
-(A, B packed, C).
+(A, B packed, C).  Also a ResNet 3 x 3 convolution in int8 (56 x 56 x 64 -> 64,
+``tedsl.tensorize.conv``; ``build_int8_conv()``) against PyTorch's quantized and float32
+convolutions.
 
 Throughput is in operations per second (2 per multiply-add) for every contender.
 
@@ -25,7 +27,7 @@ from common import interleaved, machine_description, markdown_table, write_resul
 import tedsl as te
 from tedsl.codegen.llvm_intrin import has_feature
 from tedsl.codegen.target import host_cpu
-from tedsl.tensorize import gemm
+from tedsl.tensorize import conv, gemm
 from tedsl.tensorize.x86 import pack_vnni, vnni_lanes
 
 
@@ -158,6 +160,54 @@ def measure(n, rounds, threads):
     return {key: ops / t / 1e9 for key, t in times.items()}
 
 
+CONV = (56, 56, 64, 64)      # ResNet-18/34 stage 1: 3 x 3, stride 1, padding 1
+
+
+def build_int8_conv(h=CONV[0], w=CONV[1], cin=CONV[2], cout=CONV[3]):
+    """The built module of the 3 x 3 int8 convolution (``tedsl.tensorize.conv``); arguments
+    (X uint8 [h + 2, w + 2, cin] padded, Wp int8 from ``conv.pack_weights``, Y int32
+    [h, w, cout])."""
+    s, args = conv.int8_conv_schedule(h, w, cin, cout)
+    return te.build(s, args, name="conv3x3_u8s8")
+
+
+def measure_conv(rounds, threads):
+    """The int8 3 x 3 convolution against PyTorch's quantized (x86 engine) and float32
+    convolutions; returns ``(name, threads) -> GOP/s``."""
+    h, w, ci, co = CONV
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 128, (h + 2, w + 2, ci)).astype(np.uint8)
+    wt = rng.integers(-128, 128, (co, ci, 3, 3)).astype(np.int8)
+    y = np.full((h, w, co), -1, np.int32)
+    f = build_int8_conv()
+    wp = conv.pack_weights(wt)
+    f(x, wp, y)
+    ref = sum(np.einsum("yxc,oc->yxo", x[r:r + h, q:q + w].astype(np.int64),
+                        wt[:, :, r, q].astype(np.int64)) for r in range(3) for q in range(3))
+    assert np.array_equal(y, ref), "int8 conv wrong"
+    contenders = {"int8": (f.set_num_threads, lambda: f(x, wp, y))}
+    try:
+        import warnings
+        import torch
+        import torch.ao.nn.quantized.functional as qF
+        xt = torch.from_numpy(x[1:-1, 1:-1].astype(np.float32)).permute(2, 0, 1)[None]
+        wf = torch.from_numpy(wt.astype(np.float32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            xq = torch.quantize_per_tensor(xt, 1.0, 0, torch.quint8)
+            wq = torch.quantize_per_tensor(wf, 1.0, 0, torch.qint8)
+        contenders["torch quantized"] = (torch.set_num_threads, lambda: qF.conv2d(
+            xq, wq, None, padding=1, scale=256.0, zero_point=0))
+        xc = xt.contiguous(memory_format=torch.channels_last)
+        contenders["torch fp32"] = (torch.set_num_threads, lambda: torch.nn.functional.conv2d(
+            xc, wf, padding=1))
+    except (ImportError, AttributeError, RuntimeError) as e:
+        print(f"torch not measured: {e}")
+    times = interleaved(contenders, rounds, threads)
+    ops = 2.0 * h * w * co * ci * 9
+    return {key: ops / t / 1e9 for key, t in times.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int)
@@ -184,20 +234,36 @@ def main():
     header = ["size", "threads", "int8 GOP/s", "bf16 GOP/s", "fp32 GOP/s", "torch int8",
               "torch bf16", "int8 / fp32", "bf16 / fp32", "int8 / torch", "bf16 / torch"]
     table = markdown_table(header, rows)
+    g = measure_conv(rounds, threads)
+    crows = []
+    for nt in threads:
+        r = {k: g.get((k, nt)) for k in ("int8", "torch quantized", "torch fp32")}
+        crows.append([f"{CONV[0]}×{CONV[1]}×{CONV[2]} → {CONV[3]}, 3×3", nt] +
+                     [f"{v:.0f}" if v else "—" for v in r.values()] +
+                     [f"{r['int8'] / r[k]:.2f}×" if r[k] else "—"
+                      for k in ("torch quantized", "torch fp32")])
+    ctable = markdown_table(["conv (H×W×Cin → Cout)", "threads", "int8 GOP/s",
+                             "torch quantized GOP/s", "torch fp32 GOP/s",
+                             "int8 / torch quantized", "int8 / torch fp32"], crows)
     peaks = instruction_peaks()
     peak_note = ", ".join(f"{k} {v:.0f}" for k, v in peaks.items())
     print(machine_description())
     print(table)
+    print(ctable)
     print(f"one-core instruction peaks (GOP/s): {peak_note}")
     write_results("lowp", "## lowp: int8 and bf16 GEMM with tensorize (VNNI, AVX-512 BF16)"
-                  "\n\n" + table + "\n\n"
+                  "\n\n" + table + "\n\n" + ctable + "\n\n"
                   "int8: u8 x s8 -> s32 through `tedsl.tensorize.x86.dot_u8s8_s32()` (one "
                   "`vpdpbusd` per 16 x 4 block); bf16: bf16 x bf16 -> f32 through "
                   "`dot_bf16_f32()` (one `vdpbf16ps` per 16 x 2 block); same schedule "
                   "(`tedsl.tensorize.gemm`, 6 x 64 register tiles). Against tedsl's own float32 "
                   "GEMM schedule, `torch._int_mm` (s8 x s8, its int8 CPU matmul) and "
                   "`torch.matmul` on bfloat16; GOP/s count 2 operations per multiply-add; "
-                  f"medians of {rounds} interleaved rounds. One-core peaks of the instructions "
+                  "The convolution: `tedsl.tensorize.conv` (channels innermost, input "
+                  "padded, 6 pixels x 64 channels per register tile) against PyTorch's "
+                  "quantized conv2d (x86 engine, which also requantizes its output) and its "
+                  "float32 conv2d (channels_last). "
+                  f"Medians of {rounds} interleaved rounds. One-core peaks of the instructions "
                   f"(24 independent chains in registers, GOP/s): {peak_note}; the GEMMs "
                   "cannot pass them.")
 

@@ -258,3 +258,20 @@ def test_cpu_intrinsic_refused_for_cuda():
                                             r"a CPU instruction; the CUDA backend has no "
                                             r"emitter"):
         te.build(s, [A, B, C], target="cuda")
+
+
+@needs_vnni
+def test_int8_conv3x3_exact(rng):
+    # channels innermost; the reduction runs over r, s and channel groups of 4, one vpdpbusd
+    # per output pixel and 16 output channels; the last tile of 8 - 6 = 2 pixels too
+    from tedsl.tensorize.conv import int8_conv_schedule, pack_weights
+    h, w, ci, co = 3, 8, 8, 64
+    s, args = int8_conv_schedule(h, w, ci, co)
+    assert "x86.vpdpbusd.512(Y.local[" in str(te.lower(s, args))
+    x = rng.integers(0, 256, (h + 2, w + 2, ci)).astype(np.uint8)
+    wt = rng.integers(-128, 128, (co, ci, 3, 3)).astype(np.int8)
+    y = poisoned((h, w, co), "int32")
+    te.build(s, args)(x, pack_weights(wt), y)
+    ref = sum(np.einsum("yxc,oc->yxo", x[r:r + h, q:q + w].astype(np.int64),
+                        wt[:, :, r, q].astype(np.int64)) for r in range(3) for q in range(3))
+    np.testing.assert_array_equal(y, ref)
