@@ -456,3 +456,28 @@ def test_unrolled_copies_of_a_loop_are_not_unrolled_again_by_llvm(rows, rng):
     out = np.full((3, rows, 40), np.nan, "float32")
     f(a, b, out)
     np.testing.assert_allclose(out, a[None] * b[:, None, None], rtol=1e-6)
+
+
+def test_vectorized_tail_of_one_lane_is_a_plain_loop(rng):
+    """Tail separation can leave a vectorized loop of one iteration (auto_schedule of a conv2d
+    input gradient): it runs as a plain loop, not a one-lane vector (AttributeError in the
+    code generator)."""
+    from tedsl import ops
+    X = te.placeholder((1, 4, 28, 28), "float32", name="X")
+    W = te.placeholder((4, 4, 3, 3), "float32", name="W")
+    Y = ops.conv2d_nchw(X, W, padding=1)
+    h = te.placeholder(tuple(Y.shape), "float32", name="h")
+    dX, _ = te.gradient(Y, [X, W], h)
+    f = te.build(te.auto_schedule([dX]), [X, W, h, dX])
+    x = rng.uniform(-1, 1, (1, 4, 28, 28)).astype("float32")
+    w = rng.uniform(-1, 1, (4, 4, 3, 3)).astype("float32")
+    hh = rng.uniform(-1, 1, (1, 4, 28, 28)).astype("float32")
+    out = np.full((1, 4, 28, 28), np.nan, "float32")
+    f(x, w, hh, out)
+    hp = np.pad(hh[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((4, 28, 28))
+    for ky in range(3):                 # Y[f, y, x] reads X[c, y + ky - 1, x + kx - 1]
+        for kx in range(3):
+            ref += np.einsum("fc,fyx->cyx", w[:, :, ky, kx],
+                             hp[:, 2 - ky:30 - ky, 2 - kx:30 - kx])
+    np.testing.assert_allclose(out[0], ref, rtol=1e-4, atol=1e-4)

@@ -44,6 +44,8 @@ class SimdEmitter:
         W = _max_trip(ext)
         if W is None:
             W = dict(s.annotations).get("lanes")
+        if W is not None and W <= 1:        # one lane (a tail tile of width one): a plain loop
+            return self._serial_loop(s, self.expr(s.lo), self.expr(s.hi))
         ok = W is not None and s.step == 1 and _vectorizable(s.body)
         if not ok:
             if W is not None:
