@@ -232,8 +232,8 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
     vectorized loop or the threads of a parallel one).  isl emits no loop for a dimension of one
     value, and a separated tail tile may have such a dimension where the full tiles have a loop,
     so the rule is per path.  A child that runs both producer and consumer instances under the
-    loops of the chain (or under a condition, looked into at this level) is self-contained: it
-    allocates its own copies deeper.  The other children that use the buffer share one copy
+    loops of the chain (or under a condition, looked into at this level), one of them parallel,
+    vectorized or bound to threads, is self-contained: it allocates its own copies deeper.  The other children that use the buffer share one copy
     allocated here, around the span from the first to the last of them, which runs instances
     under no deeper loop of the chain (a producer under a loop the consumer's path lacks must
     write the copy the consumer reads); ``held``, the buffers allocated around a tree, keeps the
@@ -250,7 +250,9 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
         for k, c in enumerate(kids):
             if not _uses(c, stages):
                 continue
-            if all(_uses(c, stages, st) for st in stages):    # producer and consumer both
+            if all(_uses(c, stages, st) for st in stages) and _splits_chain(c, chain):
+                # producer and consumer both, under a parallel / vectorized / thread loop of the
+                # chain: each of its iterations needs a copy of its own
                 if not _open(c, chain, stages):
                     own.add((b, k))
                     continue
@@ -281,6 +283,19 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
             merged = (ins[0][0], ins[-1][1], N.Allocate(b, N.seq([g[2] for g in ins])))
             groups[at:at + len(ins)] = [merged]
     return N.seq([g[2] for g in groups])
+
+
+def _splits_chain(tree, chain):
+    """Whether ``tree`` holds a loop of ``chain`` whose iterations run at once (parallel,
+    vectorized, or bound to threads).  A path whose chain loops are all serial may share the
+    copy of the level above: its iterations run one after the other, and a consumer after it
+    may read what its last iteration produced (isl can separate that consumer from the loop,
+    as in the corner tile of a tiled GEMM)."""
+    if type(tree) is T.Loop and tree.iv in chain:
+        attr = tree.stage.attrs.get(tree.iv)
+        if attr is not None and attr.kind in ("parallel", "vectorize", "thread"):
+            return True
+    return any(_splits_chain(c, chain) for c in T.children(tree))
 
 
 def _flat(tree):
