@@ -1247,7 +1247,7 @@ def _context():
     if _CTX is None:
         import multiprocessing
         os.environ["TEDSL_NUM_THREADS"] = THREADS
-        os.environ.setdefault("TEDSL_CACHE_DIR", tempfile.mkdtemp(prefix="tedsl-fuzz-cache-"))
+        os.environ.setdefault("TEDSL_CACHE", "0")   # every case is new: the kernel cache only costs
         ctx = multiprocessing.get_context("forkserver")
         if HERE not in sys.path:
             sys.path.insert(0, HERE)

@@ -33,13 +33,10 @@ BUDGET_S = 55          # stop starting new cases after this long (the file must 
 # Cases of other seeds that found a bug: once it is fixed (and the entry removed from
 # KNOWN_OPEN) each one runs with the slice as a regression check.
 FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 143), (9, 1349),
-         (12, 194)]
+         (12, 194), (101, 3701), (101, 4953), (101, 6206)]
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
-KNOWN_OPEN = {
-    (9, 1349): "slow: lower takes ~50 s (isl dataflow in check_order ~40 s, AST ~11 s) for a "
-               "cache_read attached in a producer attached in a split(nparts) consumer",
-}
+KNOWN_OPEN = {}
 
 
 def _report(results):
