@@ -14,40 +14,17 @@ import time
 
 import common  # noqa: F401  (puts the checkout on sys.path)
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import tedsl.torch as tt
+from tedsl.torch.testing import SmallCNN, TransformerBlock
 
 
-class CNN(nn.Module):
-    def __init__(self, c=16, hw=32, ncls=10):
-        super().__init__()
-        self.c1, self.b1 = nn.Conv2d(3, c, 3, padding=1), nn.BatchNorm2d(c)
-        self.c2, self.b2 = nn.Conv2d(c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c)
-        self.fc = nn.Linear(2 * c * (hw // 2) ** 2, ncls)
-
-    def forward(self, x):
-        x = F.relu(self.b1(self.c1(x)))
-        x = F.relu(self.b2(self.c2(x)))
-        return self.fc(F.max_pool2d(x, 2).flatten(1))
+def CNN():
+    return SmallCNN(c=16, hw=32, ncls=10)
 
 
-class Block(nn.Module):
-    def __init__(self, d=64, heads=4, hidden=256):
-        super().__init__()
-        self.h = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
-        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
-        a = torch.softmax(q @ k.transpose(-1, -2) * (d // self.h) ** -0.5, -1) @ v
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+def Block():
+    return TransformerBlock(d=64, heads=4, hidden=256)
 
 
 def inputs(name, batch):
