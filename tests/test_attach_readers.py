@@ -44,6 +44,23 @@ def test_tvm_softmax_schedule_any_order(order, rng):
     check_kernel(s, [A, Out], [a], softmax_ref(a), rtol=1e-5)
 
 
+def test_annotations_between_attaches_are_checked_with_pending_attaches_at_root(rng):
+    """Vectorizing the exponentials after attaching them but before their reader S is attached
+    is checked with S's attachment still pending (TVM accepts any call order); lower checks
+    the finished schedule."""
+    A, M, Ex, S, Out = softmax_stages(9, 13)
+    s = te.create_schedule(Out)
+    row = Out.op.axis[0]
+    s[Out].parallel(row)
+    s[Ex].compute_at(s[Out], row)
+    s[Ex].vectorize(Ex.op.axis[1])
+    s[M].compute_at(s[Out], row)
+    s[S].compute_at(s[Out], row)
+    assert "in vectorized(0, 13)" in str(te.lower(s, [A, Out]))
+    a = rand(rng, (9, 13), lo=-3, hi=3)
+    check_kernel(s, [A, Out], [a], softmax_ref(a), rtol=1e-5)
+
+
 def test_softmax_symbolic_rows_split_and_vectorized(rng):
     n = te.var("n")
     A, M, Ex, S, Out = softmax_stages(n, 16)

@@ -149,7 +149,7 @@ def _analysis(schedule):
             if k == key:
                 _RECENT.insert(0, _RECENT.pop(i))
                 return an
-    an = Analysis(build_program(schedule))
+    an = Analysis(build_program(schedule, pending="root"))   # attach points still being written
     with _RECENT_LOCK:
         _RECENT.insert(0, (key, refs, an))
         del _RECENT[_RECENT_MAX:]
