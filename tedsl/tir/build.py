@@ -233,11 +233,12 @@ def _body(tree, bufs, ivenv, iv, held=frozenset()):
     value, and a separated tail tile may have such a dimension where the full tiles have a loop,
     so the rule is per path.  A child that runs both producer and consumer instances under the
     loops of the chain (or under a condition, looked into at this level), one of them parallel,
-    vectorized or bound to threads, is self-contained: it allocates its own copies deeper.  The other children that use the buffer share one copy
-    allocated here, around the span from the first to the last of them, which runs instances
-    under no deeper loop of the chain (a producer under a loop the consumer's path lacks must
-    write the copy the consumer reads); ``held``, the buffers allocated around a tree, keeps the
-    loops inside that span from allocating a second copy."""
+    vectorized or bound to threads, is self-contained: it allocates its own copies deeper.  The
+    other children that use the buffer share one copy allocated here, around the span from the
+    first to the last of them, which runs instances under no deeper loop of the chain (a
+    producer under a loop the consumer's path lacks must write the copy the consumer reads);
+    ``held``, the buffers allocated around a tree, keeps the loops inside that span from
+    allocating a second copy."""
     kids = _flat(tree)
     spans, inside_if, own = {}, set(), set()
     for b in bufs.at_loop.get(iv, []):
