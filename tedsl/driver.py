@@ -40,6 +40,8 @@ def build(s, args=None, target="llvm", name="main"):
     else:
         raise ArgumentError(f"build: expected a schedule, got {type(s).__name__}")
     if tgt.kind == "cuda":
+        from .codegen.extern import refuse_on_device
+        refuse_on_device(func, tgt)         # te.extern calls run on the host
         # not cached: PTX compiles fast, and the module would need the CUDA runtime's own
         # loading path; the cache is for the CPU's (slower) LLVM pipeline
         from .runtime.cuda_module import build_cuda

@@ -44,6 +44,9 @@ def written_buffers(func):
     def fn(s):
         if type(s) is N.Store and s.buffer not in out:
             out.append(s.buffer)
+        elif type(s) is N.Evaluate:     # a te.extern call writes the outputs it is passed
+            out.extend(a.target for a in getattr(s.value, "args", ())
+                       if getattr(a, "written", False) and a.target not in out)
     visit(func.body, fn)
     return out
 

@@ -465,6 +465,14 @@ class ExprEmitter:
     def _e_BufferLoad(self, e):
         return self.load(e.buffer, e.indices, e.dtype)
 
+    # -- calls of te.extern stages (codegen/extern.py) ---------------------------------------------
+    def _e_ExternCall(self, e):
+        from .extern import emit_call
+        return emit_call(self, e)
+
+    def _e_BufferData(self, e):
+        return self.bufptr[e.target]
+
 
 def _rank(t):
     return {F16: 0, F32: 1, F64: 2}.get(t.element if isinstance(t, ir.VectorType) else t, 1)

@@ -2,7 +2,8 @@
 
 Loads under an affine ``if_then_else`` condition are restricted to the instances where the
 condition holds (so guarded padding reads are exact); loads with a non-affine index read the
-whole tensor as far as the analysis knows (``exact=False``).
+whole tensor as far as the analysis knows (``exact=False``), as does a ``te.extern`` call, which
+also writes its outputs wholly.
 """
 from dataclasses import dataclass
 
@@ -78,6 +79,9 @@ def statement_accesses(stmt, program, resolve=None):
     idx = stmt.extra.get("write_index", tuple(a.var for a in getattr(op, "axis", [])))
     guard_cons = ()
     guarded = stmt.guard is not None
+    if stmt.kind == "extern":         # one call on whole buffers (te.extern)
+        return [Access(stmt, resolve(t), kind, (), (), False)
+                for kind, ts in (("read", op.inputs), ("write", outs)) for t in ts]
     if stmt.kind in ("compute", "init", "update", "scan_init", "scan_update", "copy"):
         for t in outs:
             out.append(Access(stmt, resolve(t), "write", tuple(idx), guard_cons, True, guarded))

@@ -19,6 +19,7 @@ import islpy as isl
 
 from ..errors import AttachError, InternalError
 from ..ir import expr as E
+from ..te.operation import ExternOp
 from .access import TensorNames, statement_accesses
 from .astgen import AstConverter
 
@@ -133,6 +134,9 @@ def reader_outside_message(schedule, pstage, parent, iv, reader, what):
                f"{where_computed(reader)}; attach {reader.name} inside that loop too "
                f"(s[{reader.name}].compute_at(s[{parent.name}], {iv.name})) or attach {pn} "
                f"to {reader.name}")
+    elif isinstance(reader.op, ExternOp):        # no loops: it reads the whole tensor at once
+        why = (f"its reader {reader.name} is an extern stage, which reads all of {pn} at "
+               f"the root (s[{pn}].compute_root())")
     else:
         why = (f"its reader {reader.name} is computed {where_computed(reader)}, outside that "
                f"loop; attach {reader.name} inside it too "

@@ -12,6 +12,7 @@ import islpy as isl
 
 from ..errors import DependenceError, ScheduleError
 from ..schedule import schedule as _sched
+from ..te.operation import ExternOp
 from ..te.tensor import ComputeOp
 
 
@@ -191,9 +192,10 @@ def legal_attach_points(schedule, stage):
     from .attach import enclosing_loops
     name = stage.op.outputs[0].name
     out = [f"s[{name}].compute_root()"]
-    if isinstance(stage.op, ComputeOp) and not stage.op.is_reduction and not stage.is_output:
-        out.append(f"s[{name}].compute_inline()")
     readers = _readers(schedule, stage)
+    if isinstance(stage.op, ComputeOp) and not stage.op.is_reduction and not stage.is_output \
+            and not any(isinstance(r.op, ExternOp) for r in readers):    # a pointer: stored
+        out.append(f"s[{name}].compute_inline()")
     if not readers or stage.is_output:
         return out
     common = None

@@ -22,6 +22,7 @@ from ..errors import AttachError, DefinitionError, ScheduleError
 from ..ir import expr as E
 from ..ir.functor import substitute, transform
 from ..schedule.relations import Fuse, Split
+from ..te.operation import ExternOp
 from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp
 from .convert import IslNames, NotAffine, aff, conjuncts, constraint
 
@@ -330,6 +331,23 @@ def stage_statements(stage, prefix, names, schedule, counter):
     return [init, upd]
 
 
+def extern_statement(stage, prefix, schedule, counter):
+    """The one statement of a ``te.extern`` stage: no iterators, one instance that reads its
+    inputs and writes its outputs wholly (``access.statement_accesses``).  Its inputs are
+    passed as pointers, so each must be stored (an inlined producer has no buffer)."""
+    for t in stage.op.inputs:
+        st = schedule.stage_map.get(t.op)
+        if st is not None and st.attach_type == "inline":
+            raise ScheduleError(
+                f"s[{st.name}].compute_inline(): extern stage {stage.name} reads {st.name}'s "
+                f"buffer through a pointer, so {st.name} must be stored; remove the "
+                "compute_inline (compute_root or compute_at a loop that encloses no reader)")
+    counter[0] += 1
+    tag = "".join(ch if ch.isalnum() else "_" for ch in stage.name)
+    return Statement(f"S{counter[0]}_{tag}", stage, "extern", [], [], list(prefix),
+                     body=(stage.op.call,))
+
+
 def size_vars_of(schedule):
     """Variables appearing in the shapes of the schedule's tensors."""
     out = {}
@@ -414,6 +432,9 @@ def _build(schedule, as_root):
         elif isinstance(st.op, ScanOp):
             from .scan import scan_statements
             stmts += scan_statements(st, [root], names, schedule, counter)
+            root += 1
+        elif isinstance(st.op, ExternOp):
+            stmts.append(extern_statement(st, [root], schedule, counter))
             root += 1
     prog = Program(schedule, stmts, names, size_vars_of(schedule))
     prog.iv_stage = {iv: st for st in schedule.stages for iv in st.all_iter_vars}

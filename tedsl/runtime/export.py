@@ -191,4 +191,6 @@ def _cpu_object(module, name):
             g.linkage = "internal"
     text = llvm_codegen.module_text(cg, cpu, feats)
     needs = {"-lgomp"} if "GOMP_parallel" in text else set()
+    from ..codegen.extern import link_args
+    needs |= link_args(cg, name)        # te.extern calls: their libraries
     return emit_object(text, tgt.mcpu, feats), needs

@@ -102,6 +102,9 @@ class Stage:
     def _check_compute(self, what):
         if isinstance(self.op, PlaceholderOp):
             raise ScheduleError(f"{what}: {self.name} is a placeholder (an input); it has no loops")
+        refusal = getattr(self.op, "schedule_refusal", None)     # te.extern: a call, no loops
+        if refusal is not None and refusal(what) is not None:
+            raise ScheduleError(refusal(what))
 
     def extent(self, iv):
         """The loop's trip count as an expression, or None when it varies (affine bounds)."""

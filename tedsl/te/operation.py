@@ -1,10 +1,11 @@
-"""``placeholder``, ``compute``, ``reduce_axis``, ``var`` and ``scan``."""
+"""``placeholder``, ``compute``, ``reduce_axis``, ``var`` and ``scan``; the operation of
+``te.extern`` (defined in :mod:`tedsl.te.extern`)."""
 import inspect
 
-from ..errors import DefinitionError
+from ..errors import DefinitionError, ScheduleError
 from ..ir import dtype as dt
 from ..ir import expr as E
-from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
+from .tensor import ComputeOp, Operation, PlaceholderOp, ScanOp, Tensor
 
 _counter = {}
 
@@ -151,3 +152,46 @@ def scan(init, update, state_placeholder, inputs=None, name="scan", tag=""):
     t = E.IterVar(E.Var(f"{name}.idx", "int32"), init[0].shape[0], shape[0], "scan")
     op = ScanOp(name, tag, t, init, update, state, inputs or [], shape)
     return op.outputs if multi else op.outputs[0]
+
+
+class _NoLoops(list):
+    """The (empty) axis list of an extern operation: indexing it says why it is empty."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def __getitem__(self, k):
+        raise ScheduleError(f"{self.op.name} is an extern stage (one call of "
+                            f"{self.op.callee}); it has no loops to schedule or attach at")
+
+
+class ExternOp(Operation):
+    """A stage computed by one call of an external function on whole buffers (``te.extern``):
+    ``call`` (a ``te.extern.ExternCall``) reads ``inputs`` and writes ``outputs``."""
+
+    def __init__(self, name, tag, inputs, shapes, dtypes):
+        self.name, self.tag = name, tag
+        self.inputs = list(inputs)
+        self.shape = tuple(shapes[0])
+        self.call = None
+        self.axis = _NoLoops(self)
+        self.reduce_axis = _NoLoops(self)
+        n = len(shapes)
+        self.outputs = [Tensor(self, i, s, d, name if n == 1 else f"{name}.v{i}")
+                        for i, (s, d) in enumerate(zip(shapes, dtypes))]
+
+    @property
+    def callee(self):
+        return repr(self.call.func) if self.call is not None else "an external function"
+
+    def input_tensors(self):
+        return list(self.inputs)
+
+    def schedule_refusal(self, what):
+        """Why the primitive ``what`` is refused on this stage (None: allowed)."""
+        if what == "compute_root()":
+            return None      # where it always is
+        return (f"{what}: {self.name} is an extern stage (one call of {self.callee} on whole "
+                "buffers); it has no loops to split, reorder, annotate or attach, and it is "
+                "computed at the root. Schedule its producers and consumers instead")

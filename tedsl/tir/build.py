@@ -1,10 +1,11 @@
 """Build the loop IR from the polyhedral program and isl's loop tree.
 
 Statement instances become stores: ``T[i] = body`` for a compute, ``T[i] = identity`` for a
-reduction's init and ``T[i] = combine(T[i], source)`` for its update.  Tensors that are not
+reduction's init and ``T[i] = combine(T[i], source)`` for its update; the one instance of a
+``te.extern`` stage becomes its call, with pointers to its buffers.  Tensors that are not
 arguments get an ``Allocate`` around the whole body.
 """
-from ..errors import ArgumentError, DefinitionError
+from ..errors import ArgumentError, DefinitionError, ScheduleError
 from ..ir import expr as E
 from ..poly import astgen as T
 from ..ir.functor import free_vars, substitute, transform
@@ -165,6 +166,8 @@ def _values(expr, sub):
 
 def statement(stmt, vals, bufs, ivenv):
     """The loop-IR statement of one instance of ``stmt`` with its iterators set to ``vals``."""
+    if stmt.kind == "extern":
+        return extern_call(stmt, bufs)
     sub = dict(zip(stmt.iters, vals))
     ovals = [sub[v] for v in stmt.extra.get("o_vars", ())]
     op = stmt.stage.op
@@ -184,6 +187,20 @@ def statement(stmt, vals, bufs, ivenv):
     if stmt.guard is not None:
         body = N.IfThen(tt(stmt.guard), body)
     return body
+
+
+def extern_call(stmt, bufs):
+    """``te.extern``'s call with pointers to its buffers, which are whole C-contiguous arrays."""
+    def buffer(t, written):
+        b = bufs.of(t)
+        why = "computed only in part (compute_at)" if b in bufs.attached else \
+            "padded by storage_align" if b.strides is not None else None
+        if why:
+            raise ScheduleError(
+                f"extern stage {stmt.stage.name} passes {t.name} to {stmt.body[0].func!r} as a "
+                f"whole contiguous array, but {t.name} is {why}; keep it a whole array")
+        return b
+    return N.Evaluate(stmt.body[0].with_buffers(buffer))
 
 
 def from_tree(tree, bufs, ivenv=None, held=frozenset()):
