@@ -275,3 +275,29 @@ def test_refused_schedules(clib):
                                                    te.const(8, "int32")), name="C")
     with pytest.raises(DefinitionError, match="memcpy is called with two different argument"):
         te.build(te.create_schedule(C), [A, C])
+
+
+def test_kernel_cache_never_serves_an_extern_call(clib, rng, tmp_path, monkeypatch):
+    """The cache key does not hold the called function, so such builds are not cached: two
+    calls of different functions on the same shapes each run their own."""
+    monkeypatch.setenv("TEDSL_CACHE", "1")
+    monkeypatch.setenv("TEDSL_CACHE_DIR", str(tmp_path / "cache"))
+    calls = {
+        "scale_rows": lambda i, o: call_extern("void", "scale_rows", i[0], o[0], o[0].shape[0],
+                                               o[0].shape[1], 3.0, te.const(0.5, "float64"),
+                                               lib=clib),
+        "memcpy": lambda i, o: call_extern("void", "memcpy", o[0], i[0],
+                                           o[0].shape[0] * o[0].shape[1] * 4),
+    }
+    x = rng.standard_normal((4, 3)).astype("float32")
+    outs = {}
+    for fn, fcompute in calls.items():
+        n, m = te.var("n"), te.var("m")
+        X = te.placeholder((n, m), "float32", name="X")
+        Y = extern((n, m), [X], fcompute, name="Y")
+        f = te.build(te.create_schedule(Y), [X, Y])
+        outs[fn] = poisoned((4, 3))
+        f(x, outs[fn])
+    np.testing.assert_allclose(outs["scale_rows"], 3.0 * x + 0.5 * np.arange(4)[:, None],
+                               rtol=1e-6)
+    np.testing.assert_array_equal(outs["memcpy"], x)
