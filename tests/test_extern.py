@@ -301,3 +301,20 @@ def test_kernel_cache_never_serves_an_extern_call(clib, rng, tmp_path, monkeypat
     np.testing.assert_allclose(outs["scale_rows"], 3.0 * x + 0.5 * np.arange(4)[:, None],
                                rtol=1e-6)
     np.testing.assert_array_equal(outs["memcpy"], x)
+
+
+def test_scalar_variables_are_kernel_arguments(clib, rng):
+    n, m = te.var("n"), te.var("m")
+    a, b = te.var("a", "float32"), te.var("b", "float64")
+    X = te.placeholder((n, m), "float32", name="X")
+    Y = extern((n, m), [X], lambda i, o: call_extern(
+        "void", "scale_rows", i[0], o[0], o[0].shape[0], o[0].shape[1], a, b, lib=clib),
+        name="Y")
+    s = te.create_schedule(Y)
+    with pytest.raises(ArgumentError, match="variable a is used but is neither in args"):
+        te.build(s, [X, Y])
+    f = te.build(s, [X, a, b, Y])
+    x = rng.standard_normal((3, 8)).astype("float32")
+    y = poisoned((3, 8))
+    f(x, -1.5, 0.25, y)
+    np.testing.assert_allclose(y, -1.5 * x + 0.25 * np.arange(3)[:, None], rtol=1e-6)
