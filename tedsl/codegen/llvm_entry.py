@@ -7,12 +7,15 @@
   reads the arrays' headers, checks the count, type, rank, dtype, flags,
   shapes and that no array the kernel writes overlaps another argument, binds the sizes and
   calls the body; ``torch.Tensor`` arguments are read through torch's DLPack exchange function
-  (``self`` holds it, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
-  kernel ran, else ``self`` (a check failed, or the body returned an error status): the caller
-  takes the slow path, which raises the precise error.  Kernels over more than ``GIL_BYTES`` of
+  (``self`` leads to it, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
+  kernel ran; else (a check failed, or the body returned an error status) it calls the checked
+  path held by ``self`` with the same arguments and returns what that returns, so a module
+  whose ``__call__`` is this builtin needs no Python frame on the fast path while the checked
+  path still raises the precise error.  Kernels over more than ``GIL_BYTES`` of
   arrays run with the interpreter lock released.  Its references into the interpreter are
-  ``PY_INCREF``, ``PY_NONE``, ``PY_ERR_CLEAR`` and the two thread-state calls, symbols the
-  runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and the global
+  ``PY_INCREF``, ``PY_NONE``, ``PY_ERR_CLEAR``, ``PY_VECTORCALL`` and the two thread-state
+  calls, symbols the runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and
+  the global
   ``<name>_ndarray_type`` (``id(numpy.ndarray)``, set again by a module loaded from the kernel
   cache).
 """
@@ -32,6 +35,7 @@ PY_INCREF = "tedsl_Py_IncRef"     # void Py_IncRef(PyObject *)
 PY_NONE = "tedsl_Py_None"         # the None object
 # the interpreter's own names below: a linked shared library finds them in the process too
 PY_ERR_CLEAR = "PyErr_Clear"
+PY_VECTORCALL = "PyObject_Vectorcall"
 PY_SAVE_THREAD = "PyEval_SaveThread"
 PY_RESTORE_THREAD = "PyEval_RestoreThread"
 GIL_BYTES = 1 << 16
@@ -97,10 +101,16 @@ class EntryEmitter:
         self.fn = fn
         self_obj, argv, nargs = fn.args
         b = self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        # ``self``: a ctypes array of two objects, the checked path (a Python callable) and the
+        # cells below; the objects are at the array object's ``b_ptr`` (offset 16).  A failed
+        # check hands the same arguments to the checked path and returns what it returns
         fail_bb = fn.append_basic_block("slow")
         fb = ir.IRBuilder(fail_bb)
-        fb.call(incref, [self_obj])
-        fb.ret(self_obj)
+        vectorcall = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64, PTR]),
+                                 name=PY_VECTORCALL)
+        slow = fb.load(fb.gep(self_obj, [ir.Constant(I64, 16)], source_etype=I8), typ=PTR)
+        slow = fb.load(slow, typ=PTR)
+        fb.ret(fb.call(vectorcall, [slow, argv, nargs, ir.Constant(PTR, None)]))
 
         def at(base, off, ty):
             p = b.gep(base, [ir.Constant(I64, off)], source_etype=I8)
@@ -115,10 +125,10 @@ class EntryEmitter:
         deferred = []
         datas = []
         spans = []
-        # ``self``: a ctypes array of two 64-bit cells, ``torch.Tensor`` and its DLPack exchange
-        # function ``int dltensor_from_py_object_no_sync(PyObject *, DLTensor *out)`` (0 until
-        # torch is used); the cells are at the array object's ``b_ptr`` (offset 16)
-        torch = at(self_obj, 16, PTR)
+        # the cells: a ctypes array of two 64-bit cells, ``torch.Tensor`` and its DLPack
+        # exchange function ``int dltensor_from_py_object_no_sync(PyObject *, DLTensor *out)``
+        # (0 until torch is used), shared by every entry (``tedsl.runtime.cpu._TORCH_CELLS``)
+        torch = at(at(at(self_obj, 16, PTR), 8, PTR), 16, PTR)
         err_clear = ir.Function(self.module, ir.FunctionType(ir.VoidType(), []),
                                 name=PY_ERR_CLEAR)
         dlts = [b.alloca(ir.ArrayType(I64, 6)) for _ in f.params]

@@ -32,7 +32,8 @@ def raise_status(name, rc):
 @functools.lru_cache(maxsize=None)
 def numpy_abi():
     """Offsets of numpy's array and descriptor structs, verified on a live array (else None)."""
-    abi = {"ob_type": 8, "data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56,
+    abi = {"entry": 2,     # the fast entry's calling convention (part of the cache key)
+           "ob_type": 8, "data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56,
            "flags": 64, "type_num": 28, "byteorder": 26, "ndarray_type": id(np.ndarray),
            "C_CONTIGUOUS": 0x1, "ALIGNED": 0x100, "WRITEABLE": 0x400}
     if struct.calcsize("P") != 8:
@@ -68,10 +69,15 @@ def numpy_abi():
     return abi
 
 
-_TORCH_CELLS = (ctypes.c_uint64 * 2)()     # the ``self`` of every fast entry (llvm_entry)
-# the fast entry finds the cells at the ctypes object's data pointer (CDataObject.b_ptr)
+_TORCH_CELLS = (ctypes.c_uint64 * 2)()     # read by every fast entry (llvm_entry)
+# the fast entry finds its ``self`` objects and these cells at the ctypes objects' data
+# pointers (CDataObject.b_ptr)
+_probe = (ctypes.py_object * 2)(None, ctypes.py_object(_TORCH_CELLS))
 _CELLS_OK = ctypes.c_uint64.from_address(id(_TORCH_CELLS) + 16).value == \
-    ctypes.addressof(_TORCH_CELLS)
+    ctypes.addressof(_TORCH_CELLS) and \
+    ctypes.c_uint64.from_address(ctypes.c_uint64.from_address(id(_probe) + 16).value
+                                 + 8).value == id(_TORCH_CELLS)
+del _probe
 
 
 def attach_torch():
@@ -112,15 +118,16 @@ _new_cfunction.restype = ctypes.py_object
 _new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
 
 
-def fast_entry(name, addr):
+def fast_entry(name, addr, slow):
     """A Python builtin calling the JIT function ``NAME_pyentry`` at ``addr`` with the
     arguments as they are (``METH_FASTCALL``): it returns None when the kernel ran, else
-    something else (take the checked path).  Returns ``(builtin, keepalive)``, or
+    what ``slow(*args)`` (the checked path) returns.  Returns ``(builtin, keepalive)``, or
     ``(None, None)`` where this interpreter's ctypes objects are laid out differently."""
     if not _CELLS_OK:
         return None, None
     mdef = _MethodDef(name.encode(), addr, _METH_FASTCALL, None)
-    return _new_cfunction(ctypes.addressof(mdef), _TORCH_CELLS, None), mdef
+    cells = (ctypes.py_object * 2)(slow, ctypes.py_object(_TORCH_CELLS))    # the entry's ``self``
+    return _new_cfunction(ctypes.addressof(mdef), cells, None), mdef
 
 
 def _serial_gomp():
@@ -149,7 +156,8 @@ def init_threads():
     api = ctypes.pythonapi
     for name, fn in ((E.PY_INCREF, api.Py_IncRef), (E.PY_ERR_CLEAR, api.PyErr_Clear),
                      (E.PY_SAVE_THREAD, api.PyEval_SaveThread),
-                     (E.PY_RESTORE_THREAD, api.PyEval_RestoreThread)):
+                     (E.PY_RESTORE_THREAD, api.PyEval_RestoreThread),
+                     (E.PY_VECTORCALL, api.PyObject_Vectorcall)):
         llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
     llvm.add_symbol(E.PY_NONE, id(None))
     for n in gomp_candidates():

@@ -44,6 +44,19 @@ def torch_views(args):
     return out
 
 
+def _declined(*args):
+    return 1
+
+
+def _calling(cls, entry):
+    """A subclass of ``cls`` whose instances' ``__call__`` is the builtin ``entry`` (a
+    builtin does not bind, so it receives the call's arguments as they are)."""
+    return type(cls.__name__, (cls,), {"__call__": entry, "__slots__": (),
+                                       "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__,
+                                       "__doc__": cls.__doc__})
+
+
 class Module:
     """A compiled kernel.  Call it with numpy arrays / NDArrays / DLPack tensors and scalars."""
 
@@ -56,31 +69,38 @@ class Module:
         self._nparams = len(sig["params"])
         self._alias_pairs = overlap_pairs(sig)
         self._packed = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(packed_addr)
-        self._entry = None
-        if fast_addr:     # a builtin: None when the kernel ran, else take the checked path
+        self._entry = self._probe = None
+        if fast_addr:     # a builtin: every check in machine code, else the checked path
             if "torch" in sys.modules:
                 cpu.attach_torch()
-            self._entry, mdef = cpu.fast_entry(f"{self.name}_pyentry", fast_addr)
-            self._keep.append(mdef)
+            entry, mdef = cpu.fast_entry(f"{self.name}_pyentry", fast_addr, self._slow)
+            if entry is not None:
+                self._probe, probe_def = cpu.fast_entry(f"{self.name}_pyentry", fast_addr,
+                                                        _declined)
+                self._keep += [mdef, probe_def]
+                self._entry = entry
+                # calling the module calls the builtin itself: no Python frame per call
+                self.__class__ = _calling(type(self), entry)
         if threads_addr:    # the target's -num-threads, else TEDSL_NUM_THREADS / the cores
             ctypes.c_int32.from_address(threads_addr).value = \
                 sig.get("num_threads") or cpu.num_threads()
         self._threads_addr = threads_addr
 
     def __call__(self, *args):
-        entry = self._entry
-        if entry is not None:
-            if entry(*args) is None:        # numpy arrays: every check made in machine code
-                return None
-            if "torch" in sys.modules and not cpu.attach_torch():
-                views = torch_views(args)      # a torch without the DLPack exchange API
-                if views is not None and entry(*views) is None:
-                    return None
+        return self._call_checked(args)     # a module without a fast entry
+
+    def _slow(self, *args):
+        """Where the fast entry hands its arguments when a check fails: the checked path,
+        which raises the precise error (or runs a case the machine code does not take)."""
+        if "torch" in sys.modules and not cpu.attach_torch():
+            views = torch_views(args)      # a torch without the DLPack exchange API
+            if views is not None:
+                return self._entry(*views)   # declined again: here without torch tensors
         return self._call_checked(args)
 
     def _fast(self, *args):
         """The fast entry alone: 0 when the kernel ran, 1 when the checked path is needed."""
-        return 0 if self._entry(*args) is None else 1
+        return 0 if self._probe(*args) is None else 1
 
     def _call_checked(self, args):
         values, env = bind_arguments(self.signature, args)

@@ -53,7 +53,11 @@ def as_host_array(a, p, position):
                                 "module runs on the CPU; copy it with .numpy()")
         return view()
     if hasattr(a, "__dlpack__"):
-        dev = a.__dlpack_device__() if hasattr(a, "__dlpack_device__") else (1, 0)
+        try:
+            dev = a.__dlpack_device__() if hasattr(a, "__dlpack_device__") else (1, 0)
+        except (ValueError, TypeError, BufferError, RuntimeError) as e:   # torch's meta device
+            raise ArgumentError(f"argument {position}: its device cannot be read through "
+                                f"DLPack ({e}); this module runs on CPU arrays") from None
         if int(dev[0]) != 1:
             raise ArgumentError(f"argument {position}: DLPack device {tuple(dev)} "
                                 "is not the CPU; this module runs on the CPU")
