@@ -303,7 +303,10 @@ def test_kernel_cache_never_serves_an_extern_call(clib, rng, tmp_path, monkeypat
     np.testing.assert_array_equal(outs["memcpy"], x)
 
 
-def test_scalar_variables_are_kernel_arguments(clib, rng):
+def test_scalar_variables_are_kernel_arguments(clib, rng, monkeypatch):
+    # as users run it: the test suite's verifier between passes would report the missing
+    # variable as an internal error before lowering's own check names it
+    monkeypatch.setenv("TEDSL_VERIFY", "0")
     n, m = te.var("n"), te.var("m")
     a, b = te.var("a", "float32"), te.var("b", "float64")
     X = te.placeholder((n, m), "float32", name="X")
