@@ -197,6 +197,21 @@ def test_export_links_the_library(clib, rng, tmp_path):
     z = poisoned((6, 5))
     g(x, z)
     np.testing.assert_allclose(z, _scale_ref(x), rtol=1e-5, atol=1e-5)
+    # a C program: the dynamic linker finds the C function's library through the exported
+    # library's run path
+    main = tmp_path / "main.c"
+    main.write_text('#include <stdio.h>\n#include "scaled.h"\nint main(void) {\n'
+                    '  float x[6], z[6];\n  for (int i = 0; i < 6; ++i) x[i] = (float)i;\n'
+                    '  int32_t rc = scaled(x, z, 3, 2);\n'
+                    '  for (int i = 0; i < 6; ++i) printf("%g ", z[i]);\n'
+                    '  printf("%d\\n", (int)rc);\n  return rc;\n}\n')
+    exe = tmp_path / "main"
+    subprocess.run([os.environ.get("CC") or "cc", "-o", str(exe), str(main), f"-I{tmp_path}",
+                    path, f"-Wl,-rpath,{tmp_path}"], check=True)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    x = np.arange(6, dtype="float32").reshape(3, 2)
+    np.testing.assert_allclose([float(v) for v in run.stdout.split()[:6]],
+                               _scale_ref(x).ravel(), rtol=1e-6)
     lib = ctypes.CDLL(clib)
     X, P, Y, Z = _scale_graph(lib.scale_rows)
     f = te.build(te.create_schedule(Z), [X, Z], name="byaddr")
