@@ -37,6 +37,8 @@ _LAZY = {
     "export_library": "tedsl.runtime.export",
     "Library": "tedsl.runtime.export",
     "decl_tensor_intrin": "tedsl.te.tensor_intrin",
+    "extern": "tedsl.te.extern",
+    "call_extern": "tedsl.te.extern",
 }
 
 
@@ -59,4 +61,5 @@ __all__ = [
     "TedslError", "ScheduleError", "DependenceError", "AttachError", "ShapeError",
     "ArgumentError", "CompileError", "TargetUnavailableError", "DefinitionError",
     "InternalError", "auto_schedule", "gradient", "export_library", "Library",
+    "decl_tensor_intrin", "extern", "call_extern",
 ]
