@@ -5,8 +5,8 @@ Calling a C library from a tensor program: ``te.extern``
 Some stages are best left to an existing library: a tuned BLAS GEMM, a vendor FFT, a routine of
 your own in C.  ``te.extern`` makes such a call a stage of the graph, as in TVM:
 
-1. **declare** the stage: ``C = extern(shape, [A, B], fcompute)``, where ``fcompute(ins, outs)``
-   returns ``call_extern(ret_dtype, "symbol", args..., lib="path/libx.so")``; buffers are
+1. **declare** the stage: ``C = te.extern(shape, [A, B], fcompute)``, where ``fcompute(ins, outs)``
+   returns ``te.call_extern(ret_dtype, "symbol", args..., lib="path/libx.so")``; buffers are
    passed as pointers, ``buf.shape[d]`` as ``int64_t``, numbers as ``te.const`` makes them;
 2. **compute around it** with ordinary stages: here a bias and ReLU epilogue, vectorized and
    parallel, fused into one loop nest over the GEMM's output;
@@ -32,7 +32,6 @@ import tempfile
 import numpy as np
 
 import tedsl as te
-from tedsl.te.extern import call_extern, extern
 
 SMALL = os.environ.get("TEDSL_TUTORIAL_SMALL") == "1"
 
@@ -73,11 +72,11 @@ def gemm(ins, outs):
     a, b, c = ins[0], ins[1], outs[0]
     rows, cols, red = (blasint(x) for x in (c.shape[0], c.shape[1], a.shape[1]))
     # CblasRowMajor (101), CblasNoTrans (111) twice; alpha = 1, beta = 0 (float32 constants)
-    return call_extern("void", sgemm, 101, 111, 111, rows, cols, red, 1.0, a, red, b, cols,
+    return te.call_extern("void", sgemm, 101, 111, 111, rows, cols, red, 1.0, a, red, b, cols,
                        0.0, c, cols, lib=blas)
 
 
-C = extern((m, n), [A, B], gemm, name="C")
+C = te.extern((m, n), [A, B], gemm, name="C")
 D = te.compute((m, n), lambda i, j: te.max(C[i, j] + bias[j], te.const(0.0, "float32")),
                name="D")
 s = te.create_schedule(D)
