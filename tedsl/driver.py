@@ -174,13 +174,14 @@ def _load_cached(key, s, args, name, tgt):
     return mod
 
 
-def _generate(func, tgt):
+def _generate(func, tgt, fast_entry=True):
     """LLVM IR text of a lowered function and what its module needs: ``(text, lowered, func,
-    sig, fast_ok, n_par)``."""
+    sig, fast_ok, n_par)``; without ``fast_entry`` the module has no Python entry (a third
+    of a small kernel's LLVM time) and is called through its packed entry."""
     lowered = str(func)
     func = prepare_llvm(func)
     threads = cpu.init_threads()
-    abi = cpu.numpy_abi()
+    abi = cpu.numpy_abi() if fast_entry else None
     cpu_name, feats = target_mod.cpu_and_features(tgt)
     cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), abi, tgt.num_threads or 0)
     if cg.n_par and not threads:
@@ -196,16 +197,17 @@ def _generate(func, tgt):
     return text, lowered, func, sig, fast_ok, cg.n_par
 
 
-def compile_cpu_object(func, target="llvm"):
+def compile_cpu_object(func, target="llvm", fast_entry=True):
     """Compile a lowered function for the CPU to position-independent object code.
 
     Returns ``(header, obj, texts)``: what :func:`module_from_object` (in this or another
-    process) needs to load it, the object code, and the lowered loops and LLVM IR."""
-    return _compile_object(func, target_mod.parse(target))[:3]
+    process) needs to load it, the object code, and the lowered loops and LLVM IR.  Without
+    ``fast_entry`` every call takes the checked path (the search measures candidates so)."""
+    return _compile_object(func, target_mod.parse(target), fast_entry)[:3]
 
 
-def _compile_object(func, tgt):
-    text, lowered, prepared, sig, fast_ok, n_par = _generate(func, tgt)
+def _compile_object(func, tgt, fast_entry=True):
+    text, lowered, prepared, sig, fast_ok, n_par = _generate(func, tgt, fast_entry)
     feats = target_mod.cpu_and_features(tgt)[1]
     tm = target_machine(tgt.mcpu, feats, reloc="pic")     # loadable by the JIT and by dlopen
     obj = tm.emit_object(optimize(text, tm))

@@ -216,3 +216,58 @@ def test_cli_tune_auto_searches_the_real_space(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tedsl", "tune", "--auto", "gemm", "--size",
                         "8,8"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--size for gemm is M,N,K" in p.stderr
+
+
+# -- throughput: each distinct program built and measured once, timed through its packed entry
+
+def space_with_dead_knob(outs, target):
+    return {"factor": [8, 4], "unused": [1, 2, 3]}
+
+
+def schedule_ignoring_a_knob(outs, target, params):
+    (B,) = outs
+    s = te.create_schedule(B)
+    s[B].split(B.op.axis[0], factor=params["factor"])
+    return s
+
+
+def test_candidates_of_one_program_are_built_and_measured_once(tmp_path, rng):
+    A, B, s, _ = run_search(tmp_path, trials=6, space_fn=space_with_dead_knob,
+                            schedule_fn=schedule_ignoring_a_knob)
+    recs = tune.load(str(tmp_path / "rec.json"))
+    assert len(recs) == 6 and all(r.valid for r in recs)
+    by_factor = {}
+    for r in recs:
+        by_factor.setdefault(r.config["factor"], set()).add(r.seconds)
+    # three knob values, one program each: the first measurement stands for the other two
+    # (a second measurement would never give the very same float)
+    assert {f: len(v) for f, v in by_factor.items()} == {8: 1, 4: 1}
+    check(s, A, B, rng)
+
+
+def test_candidate_without_fast_entry_is_checked_then_timed_by_its_packed_entry(rng):
+    from tedsl.driver import compile_cpu_object, module_from_object
+    from tedsl.tune.auto import _packed_timer
+    A, B = definition()
+    s = te.create_schedule(B)
+    s[B].split(B.op.reduce_axis[0], factor=8)
+    header, obj, _ = compile_cpu_object(te.lower(s, [A, B]), fast_entry=False)
+    assert header["fast"] is False
+    mod = module_from_object(header, obj)
+    a, out = rand(rng, (ROWS, COLS)), poisoned((ROWS,))
+    mod(a, out)
+    np.testing.assert_allclose(out, a.astype(np.float64).sum(1), rtol=1e-5)
+    out[:] = np.nan
+    run = _packed_timer(mod, [a, out])
+    assert run(3) > 0
+    np.testing.assert_allclose(out, a.astype(np.float64).sum(1), rtol=1e-5)
+    with pytest.raises(te.ShapeError, match="argument 0"):
+        mod(rand(rng, (ROWS, 8)), out)     # a call of the module itself checks its arguments
+    # a kernel whose packed call needs sizes is timed by time_evaluator instead
+    n = te.var("n")
+    X = te.placeholder((n,), name="X")
+    Y = te.compute((n,), lambda i: X[i] * 2, name="Y")
+    header, obj, _ = compile_cpu_object(te.lower(te.create_schedule(Y), [X, Y]),
+                                        fast_entry=False)
+    x = rand(rng, (16,))
+    assert _packed_timer(module_from_object(header, obj), [x, poisoned((16,))]) is None

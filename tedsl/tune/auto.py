@@ -11,8 +11,10 @@ plus a share of random ones (exploration), to be measured.
 Candidates are scheduled, lowered and compiled to object code in builder processes (several
 at once) and measured one at a time in a measuring process (:mod:`tedsl.tune.workers`): it
 loads the object code, runs it on seeded random inputs with NaN-poisoned outputs, compares with
-the reference (the outputs of the unscheduled definition, computed once), times it and times it
-again when the rounds disagree.  A candidate that fails to build, computes a wrong result,
+the reference (the outputs of the unscheduled definition, computed once), times it through its
+packed entry in short rounds and times it again when the rounds disagree and it may be the
+best.  Candidates whose knobs give the same trace or the same lowered program are lowered,
+compiled and measured once (their records share the measurement).  A candidate that fails to build, computes a wrong result,
 crashes its process or runs past ``timeout`` is recorded as failed with the reason; the search
 goes on.  Every measurement is appended to ``records`` (JSON lines holding the knobs and the
 schedule's trace), which ``resume=True`` reads back and :func:`tedsl.tune.apply_best` replays.
@@ -127,21 +129,33 @@ def _builder_init(blob, target, schedule_fn, name):
 
 
 def _build(state, params):
+    """Schedule, lower and compile one candidate; ``program`` names its lowered program.
+
+    Candidates whose knobs make no difference give the same trace, or lower to the same
+    program: each program is lowered and compiled once (and the search measures it once).
+    Candidates are compiled without the Python fast entry (a third of a small kernel's
+    LLVM time): the measuring process calls their packed entry."""
     from ..driver import compile_cpu_object
     from ..transform.pipeline import lower
     t0 = time.perf_counter()
     s = state["schedule_fn"](state["outs"], state["target"], params)
     trace = s.trace.to_list() if s.trace.complete else None
-    func = lower(s, state["args"], state["name"])
-    # candidates whose knobs make no difference lower to the same program: compile it once
-    same = state.setdefault("compiled", {})
-    text = hashlib.sha256(str(func).encode()).hexdigest()
-    if text not in same:
-        if len(same) > 256:
-            same.clear()
-        same[text] = compile_cpu_object(func, state["target"])[:2]
-    header, obj = same[text]
-    return {"header": header, "obj": obj, "trace": trace,
+    same = state.setdefault("compiled", {})         # program hash -> (header, obj)
+    by_trace = state.setdefault("by_trace", {})     # trace text -> program hash
+    tkey = json.dumps(trace, sort_keys=True, default=repr) if trace is not None else None
+    program = by_trace.get(tkey) if tkey is not None else None
+    if program not in same:
+        func = lower(s, state["args"], state["name"])
+        program = hashlib.sha256(str(func).encode()).hexdigest()
+        if program not in same:
+            if len(same) > 256:
+                same.clear()
+                by_trace.clear()
+            same[program] = compile_cpu_object(func, state["target"], fast_entry=False)[:2]
+        if tkey is not None:
+            by_trace[tkey] = program
+    header, obj = same[program]
+    return {"header": header, "obj": obj, "trace": trace, "program": program,
             "build_seconds": time.perf_counter() - t0}
 
 
@@ -164,7 +178,34 @@ def _run_checked(state, mod):
     return outs
 
 
+def _packed_timer(mod, arrays):
+    """``run(number) -> seconds per call`` through the module's packed entry, its pointers
+    bound once (the arguments were checked by the first, checked call); None where the
+    packed call needs more than the buffers' addresses."""
+    import ctypes
+    sig = mod.signature
+    if sig.get("size_vars") or sig.get("checks_indices") or \
+            len(sig["params"]) != len(arrays) or \
+            any(p["kind"] != "buffer" for p in sig["params"]):
+        return None
+    slots = (ctypes.c_uint64 * len(arrays))(*[a.ctypes.data for a in arrays])
+    addr, call = ctypes.addressof(slots), mod._packed
+
+    def run(number):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            if call(addr):
+                raise TedslError("the candidate failed while being timed")
+        return (time.perf_counter() - t0) / number
+    run.keep = (slots, arrays)
+    return run
+
+
 def _measure(state, built):
+    """Load, check and time one candidate: five rounds of ``repeat_ms`` (short rounds, so that
+    a round seldom loses the core on a busy machine), and five more when they disagree by more
+    than 15 % and the candidate may be the best so far (``built["best"]``, seconds): a slower
+    one is not worth the time."""
     from ..driver import module_from_object
     mod = module_from_object(built["header"], built["obj"])
     if mod is None:
@@ -173,11 +214,19 @@ def _measure(state, built):
     outs = _run_checked(state, mod)
     first = time.perf_counter() - t0
     number = max(1, int(state["repeat_ms"] * 1e-3 / max(first, 1e-7)))
-    timer = mod.time_evaluator(number=number, repeat=3)
-    res = list(timer(*state["inputs"], *outs).results)
-    if max(res) > 1.15 * min(res):            # noisy: measure again, keep all rounds
-        res += list(mod.time_evaluator(number=number, repeat=5)(*state["inputs"], *outs)
-                    .results)
+    run = _packed_timer(mod, [*state["inputs"], *outs])
+    if run is not None:
+        number = 1                  # calls per round: doubled until a round lasts repeat_ms
+        while number < 1 << 20 and run(number) * number < state["repeat_ms"] * 1e-3:
+            number *= 2
+        timed = lambda k: [run(number) for _ in range(k)]   # noqa: E731
+    else:
+        timed = lambda k: list(mod.time_evaluator(number=number, repeat=k)(  # noqa: E731
+            *state["inputs"], *outs).results)
+    res = timed(5)
+    best = built.get("best")
+    if max(res) > 1.15 * min(res) and (best is None or min(res) < 1.2 * best):
+        res += timed(5)                                 # noisy and a contender: again
     return {"seconds": float(np.median(res)), "rounds": len(res)}
 
 
@@ -272,7 +321,8 @@ class _Proposer:
         """Up to ``n`` unseen candidates, best-ranked first."""
         if not self.knobs:
             return []
-        valid = sorted((sec, p) for p, sec in measured if sec is not None)
+        valid = sorted(((sec, p) for p, sec in measured if sec is not None),
+                       key=lambda sp: sp[0])      # candidates of one program tie
         parents = [p for _, p in valid[:max(4, len(valid) // 5)]]
         pool, keys = [], set()
         for _ in range(40 * n):
@@ -305,7 +355,7 @@ class _Proposer:
 
 def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=False, *,
          progress=True, name=None, flop=None, seed=0, builders=None, timeout=10.0,
-         build_timeout=300.0, rtol=1e-4, repeat_ms=20.0, plot=None, space_fn=None,
+         build_timeout=300.0, rtol=1e-4, repeat_ms=4.0, plot=None, space_fn=None,
          schedule_fn=None):
     """Search the auto-scheduler's knobs for the fastest schedule of ``outs``.
 
@@ -409,6 +459,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     queue = [] if _key(default) in seen else [default]
     seen.update(_key(p) for p in queue)
     built, params_of = [], {}
+    programs = {}            # lowered program hash -> (seconds, error) once measured
+    waiting = {}             # program being measured -> [(tid, trace)] of its other candidates
     done = failed = 0
     start = time.monotonic()
     next_id = 0
@@ -431,6 +483,14 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
             database.save(records, [database.Record(key, params, seconds, error, trace=trace)])
         if show is not None:
             show.update(done, failed, best and best[0], elapsed, eta(elapsed), force=new_best)
+
+    def settle(tid, outcome):
+        """The measurer's outcome for its program: recorded for every candidate of it."""
+        program = measure_w.program
+        programs[program] = outcome
+        record(tid, *outcome, measure_w.trace)
+        for other, trace in waiting.pop(program, ()):
+            record(other, *outcome, trace)
 
     def eta(elapsed):
         left = []
@@ -469,8 +529,10 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                     budget -= 1
             if not measure_w.busy and built:
                 tid, result = built.pop(0)
+                result["best"] = best and best[0]
                 measure_w.submit(tid, result)
                 measure_w.trace = result["trace"]
+                measure_w.program = result["program"]
             if exhausted and not params_of:
                 break                                   # the space is exhausted
             for w in wait(build_ws + [measure_w], 0.2):
@@ -482,12 +544,14 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                     continue
                 tid, ok, value = got
                 if w is measure_w:
-                    if ok:
-                        record(tid, value["seconds"], None, measure_w.trace)
-                    else:
-                        record(tid, None, value, measure_w.trace)
+                    settle(tid, (value["seconds"], None) if ok else (None, value))
+                elif ok and value["program"] in programs:    # measured before: the same code
+                    record(tid, *programs[value["program"]], value["trace"])
+                elif ok and value["program"] in waiting:     # being measured: wait for it
+                    waiting[value["program"]].append((tid, value["trace"]))
                 elif ok:
                     built.append((tid, value))
+                    waiting[value["program"]] = []
                 else:
                     record(tid, None, value, None)
             for w in build_ws:
@@ -496,7 +560,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                     record(tid, None, why, None)
             if measure_w.overdue(timeout):
                 tid, _, why = measure_w.kill(f"timeout: running took more than {timeout:g} s")
-                record(tid, None, why, measure_w.trace)
+                settle(tid, (None, why))
     finally:
         for w in build_ws + [measure_w]:
             w.stop()
