@@ -451,10 +451,18 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                             f"{records!r}")
 
     blob = _pickled(outs)
-    expected = reference_outputs(outs, seed, target)
     n_build = builders or max(1, (os.cpu_count() or 2) - 1)
     build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build)
                 for _ in range(n_build)]
+    start = time.monotonic()
+    for w in build_ws:
+        w.start()             # the builders start up while the reference is computed here
+    try:
+        expected = reference_outputs(outs, seed, target)
+    except BaseException:
+        for w in build_ws:
+            w.stop()
+        raise
     measure_w = Worker(_measure_init, (blob, expected, seed, rtol, repeat_ms), _measure)
     queue = [] if _key(default) in seen else [default]
     seen.update(_key(p) for p in queue)
@@ -462,7 +470,6 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     programs = {}            # lowered program hash -> (seconds, error) once measured
     waiting = {}             # program being measured -> [(tid, trace)] of its other candidates
     done = failed = 0
-    start = time.monotonic()
     next_id = 0
 
     def record(tid, seconds, error, trace):
@@ -507,8 +514,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
 
     in_flight = lambda: len(params_of)  # noqa: E731
     try:
-        for w in build_ws + [measure_w]:
-            w.start()
+        measure_w.start()
         exhausted = False
         while not finished():
             budget = None if trials is None else trials - done - in_flight()
