@@ -14,6 +14,8 @@ Each test runs on two backends:
     ``TEDSL_EMU_SEED``);
   - ``__shared__`` arrays are filled with poison (NaN for floating types, 0xAB bytes
     otherwise) at the start of every block;
+  - ``mma.sync`` (tensor cores) runs per the PTX ISA's fragment layout: the 32 threads of a
+    warp meet (the others keep running), each computes its own accumulator elements;
   - every shared-memory access goes through a proxy that records, per element and phase,
     which thread wrote and read it: two threads writing one element, or one writing what
     another reads, between the same two barriers is a race; a race, an access outside the
@@ -107,6 +109,52 @@ inline void __syncthreads() {
   swapcontext(&tedsl_fibers[tedsl_cur].ctx, &tedsl_main_ctx);
 }
 
+// -- warp-synchronous tensor-core mma: each thread leaves its fragments, the warp meets, each
+//    thread computes its own accumulator elements from the whole tile, the warp meets again
+inline void tedsl_warp_sync() {
+  tedsl_fibers[tedsl_cur].state = 3;
+  swapcontext(&tedsl_fibers[tedsl_cur].ctx, &tedsl_main_ctx);
+}
+static unsigned tedsl_frag[1024][6];
+static float tedsl_half_value(unsigned h, int bf16) {
+  if (bf16) { unsigned u = h << 16; float f; memcpy(&f, &u, 4); return f; }
+  unsigned s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 31) u = s | 0x7f800000u | (m << 13);
+  else if (e == 0) { float f = std::ldexp((float)m, -24); return s ? -f : f; }
+  else u = s | ((e + 112) << 23) | (m << 13);
+  float f; memcpy(&f, &u, 4); return f;
+}
+// kind 0: f16, 1: bf16 (m16n8k16, f32 accumulators); 2: s8 (m16n8k32, s32 accumulators)
+static void tedsl_emu_mma(int kind, void* d, const unsigned* a, const unsigned* b) {
+  int me = tedsl_cur, base = me / 32 * 32, lane = me % 32, K = kind == 2 ? 32 : 16;
+  for (int r = 0; r < 4; ++r) tedsl_frag[me][r] = a[r];
+  tedsl_frag[me][4] = b[0]; tedsl_frag[me][5] = b[1];
+  tedsl_warp_sync();
+  double A[16][32], B[32][8];
+  for (int l = 0; l < 32; ++l) {
+    int g = l >> 2, t = l & 3;
+    const unsigned* f = tedsl_frag[base + l];
+    for (int r = 0; r < 4; ++r) {
+      if (kind == 2) for (int q = 0; q < 4; ++q) {
+        A[g + 8 * (r & 1)][4 * t + 16 * (r >> 1) + q] = (signed char)(f[r] >> (8 * q));
+        if (r < 2) B[4 * t + 16 * r + q][g] = (signed char)(f[4 + r] >> (8 * q));
+      } else for (int h = 0; h < 2; ++h) {
+        A[g + 8 * (r & 1)][2 * t + 8 * (r >> 1) + h] = tedsl_half_value((f[r] >> (16 * h)) & 0xffffu, kind);
+        if (r < 2) B[2 * t + 8 * r + h][g] = tedsl_half_value((f[4 + r] >> (16 * h)) & 0xffffu, kind);
+      }
+    }
+  }
+  int g = lane >> 2, t = lane & 3;
+  for (int e = 0; e < 4; ++e) {
+    int i = g + 8 * (e >> 1), j = 2 * t + (e & 1);
+    double sum = 0;
+    for (int k = 0; k < K; ++k) sum += A[i][k] * B[k][j];
+    if (kind == 2) ((int*)d)[e] = (int)(unsigned)((long long)((int*)d)[e] + (long long)sum);
+    else ((float*)d)[e] = (float)((double)((float*)d)[e] + sum);
+  }
+  tedsl_warp_sync();     // nobody leaves new fragments before every lane has read these
+}
+
 static void tedsl_entry() {
   tedsl_entry_fn(tedsl_entry_arg);
   tedsl_fibers[tedsl_cur].state = 2;     // returns to tedsl_main_ctx through uc_link
@@ -132,16 +180,30 @@ static void tedsl_run_block(unsigned nt) {
     order.clear();
     for (unsigned t = 0; t < nt; ++t) if (tedsl_fibers[t].state == 0) order.push_back(t);
     if (order.empty()) return;
-    std::shuffle(order.begin(), order.end(), tedsl_rng);
-    for (int t : order) {
-      tedsl_cur = t;
-      threadIdx = tedsl_fibers[t].idx;
-      swapcontext(&tedsl_main_ctx, &tedsl_fibers[t].ctx);
+    while (!order.empty()) {
+      std::shuffle(order.begin(), order.end(), tedsl_rng);
+      for (int t : order) {
+        tedsl_cur = t;
+        threadIdx = tedsl_fibers[t].idx;
+        swapcontext(&tedsl_main_ctx, &tedsl_fibers[t].ctx);
+      }
+      order.clear();        // warps whose 32 threads all wait at a warp sync go on
+      for (unsigned w = 0; w + 32 <= nt; w += 32) {
+        bool all = true;
+        for (unsigned t = w; t < w + 32; ++t) all = all && tedsl_fibers[t].state == 3;
+        for (unsigned t = w; all && t < w + 32; ++t) { tedsl_fibers[t].state = 0; order.push_back(t); }
+      }
     }
-    int waiting = 0, done = 0;
+    int waiting = 0, done = 0, warp = 0;
     for (unsigned t = 0; t < nt; ++t) {
       waiting += tedsl_fibers[t].state == 1;
       done += tedsl_fibers[t].state == 2;
+      warp += tedsl_fibers[t].state == 3;
+    }
+    if (warp) {
+      tedsl_fail("a warp-synchronous instruction (mma.sync) reached by " + std::to_string(warp) +
+                 " threads of a warp without the others (divergence or a partial warp)");
+      return;
     }
     if (waiting && done) {
       tedsl_fail("__syncthreads() reached by " + std::to_string(waiting) + " threads while " +

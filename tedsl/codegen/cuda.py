@@ -30,6 +30,7 @@ from ..ir.functor import free_vars, walk
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..transform.lower_threads import INDEX, THREAD_TAGS
+from . import cuda_mma
 from .cuda_expr import (INT32, P_UNARY, CExprPrinter, affine, canonical, children,
                         index_like, interval, literal, multiple_of, stype, vtype)
 
@@ -102,8 +103,9 @@ class KernelCode:
 class KernelPrinter(CExprPrinter):
     """Print one :class:`~tedsl.transform.lower_threads.Kernel`."""
 
-    def __init__(self, kernel, program):
-        self.kernel, self.program = kernel, program
+    def __init__(self, kernel, program, arch="sm_90"):
+        self.kernel, self.program, self.arch = kernel, program, arch
+        self.accumulators = cuda_mma.plan(kernel.body, kernel.block)
         self.narrow = True
         self.init_printer()
         self.lines, self.ind = [], 1
@@ -179,11 +181,19 @@ class KernelPrinter(CExprPrinter):
         finally:
             self.force32 = False
 
+    def _not_fragment(self, buf):
+        if id(buf) in self.accumulators:
+            raise ScheduleError(f"{buf.name} is an mma accumulator (each thread keeps only its "
+                                "fragment, in registers): access it only through the mma "
+                                "intrinsics; tensorize its write-back with "
+                                "tedsl.tensorize.cuda.mma_store")
+
     def load(self, e):
         vec = self.vec_loads.get(id(e))
         if vec is not None:
             return f"{vec}.{'xyzw'[self.lane[1]]}"
         buf = e.buffer
+        self._not_fragment(buf)
         flat, dyn = self._index(buf, e.indices)
         ptr = self.buf_name(buf)
         if dyn:
@@ -217,9 +227,11 @@ class KernelPrinter(CExprPrinter):
         m(s)
 
     def _s_IntrinCall(self, s):
+        if s.name.startswith("cuda.mma."):
+            return          # the mark of the nest that follows, printed by cuda_mma.emit
         raise ScheduleError(f"intrinsic {s.name} (from tensorize) is a CPU instruction; the "
-                            "CUDA backend has no emitter for it (CUDA mma intrinsics are not "
-                            "available yet): schedule this stage without tensorize for cuda")
+                            "CUDA backend has no emitter for it: schedule this stage without "
+                            "tensorize for cuda, or with tedsl.tensorize.cuda's mma")
 
     def block(self, s):
         self.ind += 1
@@ -232,6 +244,7 @@ class KernelPrinter(CExprPrinter):
 
     def _s_Store(self, s):
         buf = s.buffer
+        self._not_fragment(buf)
         self.stored.add(buf)
         flat, dyn = self._index(buf, s.indices)
         ptr, v = self.buf_name(buf), self._stored_value(buf, s.value)
@@ -288,6 +301,9 @@ class KernelPrinter(CExprPrinter):
         self.stmt(s.body)
 
     def _s_For(self, s):
+        if cuda_mma.MARK in dict(s.annotations):
+            cuda_mma.emit(self, s)
+            return
         ext = canonical(simplify(E.binary("sub", s.hi, s.lo)))
         if s.kind == "vectorized" and s.step == 1 and self.lane is None:
             w = interval(ext, self.ranges)[1]
@@ -559,6 +575,9 @@ def helper_source(helpers):
             parts.append(_div_helper(*h.split("_")))
     if "checked" in helpers:
         parts.append(_CHECKED)
+    mma = cuda_mma.helper_source(helpers)
+    if mma:
+        parts.append(mma)
     return "\n".join(p.strip("\n") for p in parts)
 
 
@@ -566,7 +585,7 @@ def generate(program, arch="sm_90"):
     """Print every kernel of ``program``; returns ``(source, [KernelCode])``."""
     codes, helpers = [], set()
     for k in program.kernels:
-        p = KernelPrinter(k, program)
+        p = KernelPrinter(k, program, arch)
         codes.append(p.emit())
         helpers |= p.helpers
     parts = [HEADER.format(arch=arch)]

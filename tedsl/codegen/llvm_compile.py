@@ -69,6 +69,7 @@ class JitEngine:
     def __init__(self, ll_text, mcpu=None, features=None):
         llvm = init_llvm()
         self.tm = target_machine(mcpu, features)
+        self.mcpu, self.features = mcpu, features
         self.module = optimize(ll_text, self.tm)
         self.engine = llvm.create_mcjit_compiler(self.module, self.tm)
         self.engine.finalize_object()
@@ -82,7 +83,7 @@ class JitEngine:
 
     def assembly(self):
         if self._asm is None:
-            tm = target_machine()
+            tm = target_machine(self.mcpu, self.features)   # the module's CPU, not the host's
             self._asm = tm.emit_assembly(init_llvm().parse_assembly(str(self.module)))
         return self._asm
 

@@ -13,10 +13,18 @@ with AVX-VNNI).
 float32, A 2 bfloat16 (broadcast) and B 16 x 2 bfloat16, contiguous: one ``vdpbf16ps``
 (AVX-512 BF16; the products are exact, the sum is rounded to float32 as the instruction does,
 denormals flushed).
+
+``x86.amx.tdpbusd``: ``C[i, j] += sum_k u8(A[i, k]) * s8(B[k / 4, j, k % 4])`` for ``i, j < 16``,
+``k < 64`` (C int32 16 x 16, A 16 x 64 uint8, B 16 x 16 x 4 int8: rows of 64 bytes, each at its
+buffer's row stride); ``x86.amx.tdpbf16ps``: the same with bfloat16 pairs, ``k < 32``, C
+float32.  Each call configures the tiles (``ldtilecfg``), loads C, A and B into tiles 0-2,
+issues the instruction, stores C and releases the tiles (AMX-TILE with AMX-INT8 / AMX-BF16).
 """
 from llvmlite import ir
 
 from ..errors import ScheduleError, TargetUnavailableError
+from ..ir import dtype as dt
+from ..ir import expr as E
 from .llvm_expr import F32, I32
 from .llvm_memory import flat_index
 
@@ -26,6 +34,9 @@ _CPUS_WITH = {
                    "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"},
     "avx512bf16": {"cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4",
                    "znver5"},
+    "amx-tile": {"sapphirerapids", "emeraldrapids", "graniterapids"},
+    "amx-int8": {"sapphirerapids", "emeraldrapids", "graniterapids"},
+    "amx-bf16": {"sapphirerapids", "emeraldrapids", "graniterapids"},
     "avxvnni": {"alderlake", "raptorlake", "meteorlake", "arrowlake", "sapphirerapids",
                 "emeraldrapids", "graniterapids", "znver5"},
 }
@@ -62,6 +73,35 @@ def _dot(cg, s, llvm_name, acc_t, lanes, operand_t=None):
     cg.b.store(r, pc, align=4)
 
 
+_TILECFG = bytes([1, 0] + [0] * 14 + [64, 0] * 3 + [0] * 26 + [16] * 3 + [0] * 13)
+
+
+def _amx(cg, s, op):
+    """Tiles 0 (C), 1 (A), 2 (B) of 16 rows x 64 bytes: ``tileloadd`` at each region's row
+    stride (its first dimension of the intrinsic's: the last 2, 2 and 3), ``op``
+    (``tdpbusd`` / ``tdpbf16ps``), ``tilestored`` of C."""
+    i8, i64 = ir.IntType(8), ir.IntType(64)
+    ptr = ir.PointerType(i8)
+    cfg = cg.module.globals.get("tedsl_amx_tilecfg")
+    if cfg is None:
+        cfg = ir.GlobalVariable(cg.module, ir.ArrayType(i8, 64), "tedsl_amx_tilecfg")
+        cfg.global_constant, cfg.linkage, cfg.align = True, "private", 64
+        cfg.initializer = ir.Constant(ir.ArrayType(i8, 64), bytearray(_TILECFG))
+    void = ir.VoidType()
+    cg.intrinsic("llvm.x86.ldtilecfg", void, [cg.b.bitcast(cfg, ptr)])
+    tiles = []
+    for t, (r, dims) in enumerate(zip(s.regions, (2, 2, 3))):
+        stride = cg.expr(E.cast(E.binary("mul", r.buffer.row_strides()[-dims],
+                                         E.Const(dt.bits(r.buffer.dtype) // 8, "int64")),
+                                "int64"))
+        base = cg.b.bitcast(cg._addr(r.buffer, cg.expr(flat_index(r.buffer, r.indices))), ptr)
+        tiles.append((base, stride))
+        cg.intrinsic("llvm.x86.tileloadd64", void, [ir.Constant(i8, t), base, stride])
+    cg.intrinsic(f"llvm.x86.{op}", void, [ir.Constant(i8, k) for k in (0, 1, 2)])
+    cg.intrinsic("llvm.x86.tilestored64", void, [ir.Constant(i8, 0), *tiles[0]])
+    cg.intrinsic("llvm.x86.tilerelease", void, [])
+
+
 EMITTERS = {
     "x86.vpdpbusd.512": (lambda cg, s: _dot(cg, s, "llvm.x86.avx512.vpdpbusd.512", I32, 16),
                          ("avx512vnni",)),
@@ -70,12 +110,18 @@ EMITTERS = {
     "x86.vdpbf16ps.512": (lambda cg, s: _dot(cg, s, "llvm.x86.avx512bf16.dpbf16ps.512", F32,
                                              16, ir.VectorType(_BFloat(), 32)),
                           ("avx512bf16",)),
+    "x86.amx.tdpbusd": (lambda cg, s: _amx(cg, s, "tdpbusd"), ("amx-tile", "amx-int8")),
+    "x86.amx.tdpbf16ps": (lambda cg, s: _amx(cg, s, "tdpbf16ps"), ("amx-tile", "amx-bf16")),
 }
 
 
 def emit(cg, s):
     """Emit ``s`` (an ``IntrinCall``) with the emitter of its name."""
     got = EMITTERS.get(s.name)
+    if got is None and s.name.startswith("cuda."):
+        raise ScheduleError(f"intrinsic {s.name} (from tensorize) is a CUDA tensor-core "
+                            "instruction: build this schedule for target 'cuda -arch=sm_80' "
+                            "(or newer), or schedule without it for the CPU")
     if got is None:
         raise ScheduleError(f"intrinsic call {s.name!r} has no LLVM emitter; known: "
                             f"{', '.join(sorted(EMITTERS))}")

@@ -8,8 +8,10 @@ data axes only) becomes ``reset``, or stays as it is when the intrinsic has none
 computation without reduction becomes ``body``.  Each access of the store must move with the
 loops as the intrinsic's access of the same tensor moves with its axes: the trailing
 dimensions of the tensor are the intrinsic's, with the same coefficient for every loop, the
-leading ones do not move, and the trailing dimensions are laid out as the intrinsic's compact
-buffers are.  The intrinsic's buffers are then bound to the blocks at the nest's first
+leading ones do not move, and the trailing dimensions of an operand of an ``IntrinCall`` are
+laid out as the intrinsic's compact buffers are (a part written as loops reads any layout; an
+intrinsic with ``free_row_stride`` set, such as AMX's tile loads, takes any stride for its
+first dimension).  The intrinsic's buffers are then bound to the blocks at the nest's first
 iteration.  A nest whose loops do not run the whole extent (the partial tile of a split that
 does not divide) is left as loops.
 """
@@ -73,8 +75,10 @@ class _Nest:
     def fail(self, msg):
         raise ScheduleError(f"{self.what}: {msg}")
 
-    def bind(self, real_buf, real_idx, decl_tensor, decl_idx, axes):
-        """The base indices of the block of ``real_buf`` the intrinsic's ``decl_tensor`` is."""
+    def bind(self, real_buf, real_idx, decl_tensor, decl_idx, axes, compact=True):
+        """The base indices of the block of ``real_buf`` the intrinsic's ``decl_tensor`` is;
+        ``compact``: the block must be laid out as the intrinsic's buffer (an operand of an
+        ``IntrinCall``, which gets only its first element)."""
         lr = [linear(simplify(i)) for i in real_idx]
         li = [linear(simplify(i)) for i in decl_idx]
         name = real_buf.name
@@ -99,7 +103,8 @@ class _Nest:
             acc *= _cint(d)
         want.reverse()
         have = [_cint(x) for x in real_buf.row_strides()[off:]]
-        if have != want:
+        free = 1 if getattr(self.intrin, "free_row_stride", False) else 0
+        if compact and have[free:] != want[free:]:
             self.fail(f"{name}'s last {len(want)} dimensions have strides {have} (elements) "
                       f"where the intrinsic's {decl_tensor.name} needs the compact {want}; "
                       "pack the tensor so that each block is contiguous")
@@ -160,6 +165,7 @@ def _replace(loop, spec):
                   "perfect nest of the intrinsic's loops")
     bufs, full, reset, update = _parts(intrin)
     out_buf = bufs[-1]
+    operands = set()              # buffers an IntrinCall gets as a region: laid out compactly
     reads_self = any(ld.buffer is body.buffer for ld in _loads(body.value))
     nd = len(intrin.op.axis)
     if intrin.op.is_reduction and not reads_self:       # the reduction's init
@@ -173,8 +179,11 @@ def _replace(loop, spec):
             nest.fail(f"{len(loops)} loops below {loop.var.name}, the intrinsic has "
                       f"{len(axes)}")
         part = update if intrin.op.is_reduction else full
+    rewrite(part, lambda s: operands.update(r.buffer for r in s.regions)
+            if type(s) is N.IntrinCall else None)
     binding = {out_buf: (body.buffer, nest.bind(body.buffer, body.indices, intrin.output,
-                                                [a.var for a in intrin.op.axis], axes))}
+                                                [a.var for a in intrin.op.axis], axes,
+                                                out_buf in operands))}
     if part is not reset:
         real = [ld for ld in _loads(body.value) if ld.buffer is not body.buffer]
         src = intrin.op.body[0]
@@ -184,7 +193,8 @@ def _replace(loop, spec):
                       f"{len(decl)}")
         for ld, dl in zip(real, decl):
             b = bufs[intrin.inputs.index(dl.tensor)]
-            base = (ld.buffer, nest.bind(ld.buffer, ld.indices, dl.tensor, dl.indices, axes))
+            base = (ld.buffer, nest.bind(ld.buffer, ld.indices, dl.tensor, dl.indices, axes,
+                                         b in operands))
             if binding.setdefault(b, base)[0] is not ld.buffer:
                 nest.fail(f"the intrinsic reads {b.name} twice where the stage reads two "
                           "tensors")
