@@ -265,7 +265,18 @@ def main():
                   "float32 conv2d (channels_last). "
                   f"Medians of {rounds} interleaved rounds. One-core peaks of the instructions "
                   f"(24 independent chains in registers, GOP/s): {peak_note}; the GEMMs "
-                  "cannot pass them.")
+                  "cannot pass them. " + bf16_bound(peaks))
+
+
+def bf16_bound(peaks):
+    """The sentence on what the bf16 goal (1.7x fp32) can reach on this CPU."""
+    fp, bf = peaks["fp32 FMA"], peaks["vdpbf16ps"]
+    return (f"On this CPU bf16 ≥ 1.7× fp32 cannot be reached with `vdpbf16ps`: one core "
+            f"peaks at {bf:.0f} GOP/s with it against {fp:.0f} GOP/s of fp32 FMA "
+            f"({bf / fp:.2f}×: it does twice the operations of an FMA but issues at "
+            f"{bf / 64 / (fp / 32):.2f}× its rate), so a bf16 GEMM built on it stays below "
+            f"{bf / fp:.2f}× the fp32 peak; AMX "
+            "(`tdpbf16ps`, compile-tested in `tedsl.tensorize.amx`) is the unit that could.")
 
 
 if __name__ == "__main__":
