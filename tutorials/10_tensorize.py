@@ -21,7 +21,8 @@ from a schedule:
 2. shows the refusals: a wrong split, an unpacked B, a CPU without VNNI;
 3. times the register-tiled int8 GEMM of ``tedsl.tensorize.gemm`` against tedsl's float32 GEMM;
 4. fuses a requantization epilogue (scale, rounding shift, clamp to int8) into that GEMM and
-   runs the same schedule in bfloat16 with ``vdpbf16ps`` (``dot_bf16_f32``).
+   runs the same schedule in bfloat16 with ``vdpbf16ps`` (``dot_bf16_f32``);
+5. builds a GEMM on CUDA tensor cores (``mma.sync``) and shows the instruction in its code.
 
 Run it with ``python tutorials/10_tensorize.py``.
 """
@@ -180,3 +181,35 @@ as_f64 = lambda bits: (bits.astype(np.uint32) << 16).view(np.float32).astype(np.
 ref = as_f64(ah) @ as_f64(bh)
 print(f"bf16 GEMM: largest error {np.abs(ch - ref).max() / np.abs(ref).max():.1e} of the "
       "largest value (the products are exact, the float32 sums round)")
+
+# %%
+# Tensor cores: ``mma.sync`` on CUDA
+# ----------------------------------
+# On NVIDIA GPUs from sm_80, a warp of 32 threads multiplies a 16 x 16 tile of A by a 16 x 8
+# tile of B (float16 or bfloat16, float32 sums; int8 with k = 32) in one ``mma.sync``.
+# ``tedsl.tensorize.cuda`` declares it with ``te.decl_tensor_intrin`` like the x86 intrinsics
+# above: ``mma(dtype)`` for the product (and the reset of the accumulator), ``mma_store(dtype)``
+# for the write-back.  Each thread keeps only its four accumulator elements, in registers, in
+# the PTX ISA's fragment layout.  ``cuda_gemm_schedule`` puts them in a GEMM: blocks of 2 x 2
+# warps, tiles of A and B in shared memory at each step of k, each warp 2 x 4 instruction tiles.
+from tedsl.tensorize.cuda import cuda_gemm_schedule   # noqa: E402
+
+s, args = cuda_gemm_schedule(128, 128, 64, "float16", target="cuda -arch=sm_80")
+low = str(te.lower(s, args))     # the mma nests are marked cuda_mma=(part, dtype)
+print("\n".join(ln for ln in low.splitlines() if "cuda_mma" in ln or "allocate(" in ln))
+try:
+    mod = te.build(s, args, target="cuda -arch=sm_80")
+except te.TedslError as e:        # no NVRTC here: the schedule stops at the loop IR
+    print("not compiled:", str(e).splitlines()[0])
+else:
+    ptx = mod.get_source("ptx")
+    print("mma.sync in the PTX:", ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16"))
+    print([ln for ln in mod.get_source("cuda").splitlines() if "tedsl_mma_float16(&" in ln][0])
+    if te.cuda(0).is_available():     # run it where there is a GPU (sm_80 or newer)
+        a = rng.uniform(-1, 1, (128, 64)).astype(np.float16)
+        b = rng.uniform(-1, 1, (64, 128)).astype(np.float16)
+        dev = [te.nd.array(x, device=te.cuda(0)) for x in (a, b, np.empty((128, 128),
+                                                                          np.float32))]
+        mod(*dev)
+        err = np.abs(dev[2].numpy() - a.astype(np.float64) @ b.astype(np.float64)).max()
+        print(f"on the GPU: largest error {err:.1e}")

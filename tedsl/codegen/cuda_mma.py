@@ -66,8 +66,9 @@ def _nest(loop):
             all(v is _TX for v in free_vars(st.cond)):
         st = st.then
     if type(st) is not N.Store:
-        raise InternalError(f"the mma nest at loop {loop.var.name} holds "
-                            f"{type(st).__name__} where its store was expected")
+        raise ScheduleError(f"the mma nest at loop {loop.var.name} holds {type(st).__name__} "
+                            "where its store was expected (a guard on threadIdx.y / z: bind "
+                            "the warps of the tensorized stage to them)")
     return loops, st
 
 

@@ -1,11 +1,13 @@
 """Intel AMX tile intrinsics (Sapphire Rapids and newer): one ``tdpbusd`` (uint8 x int8 ->
 int32) or ``tdpbf16ps`` (bfloat16 pairs -> float32) on 16 x 16 accumulator tiles.
 
-:func:`tdpbusd`: ``C[i, j] += sum_k int32(A[i, k]) * int32(B[k / 4, j, k % 4])`` for ``i, j <
-16``, ``k < 64``, as two reduction axes ``k = 4 kg + kq`` (``kg < 16``, ``kq < 4``): C int32, A uint8 (16 rows of 64 bytes), B int8 in the VNNI layout of
+:func:`tdpbusd`: ``C[i, j] += sum_k int32(A[i, k]) * int32(B[k / 4, j, k % 4])`` for
+``i, j < 16``, ``k < 64`` written as two reduction axes ``k = 4 kg + kq`` (``kg < 16``,
+``kq < 4``): C int32, A uint8 (16 rows of 64 bytes), B int8 in the VNNI layout of
 ``tedsl.tensorize.x86.pack_vnni`` (16 rows of 16 x 4 bytes).  :func:`tdpbf16ps`: the same with
-bfloat16, ``k < 32`` and pairs ``B[k / 2, j, k % 2]``, C float32.  The rows of each operand
-may lie at any stride (the tile loads take it); within a row the elements are contiguous.
+bfloat16, ``k < 32`` (``k = 2 kg + kq``) and pairs ``B[k / 2, j, k % 2]``, C float32.  The
+rows of each operand may lie at any stride (the tile loads take it); within a row the
+elements are contiguous.
 
 Each call configures the tiles, loads C, A and B, multiplies and stores C (keeping C in a tile
 across the reduction is left to a later schedule).  The intrinsics are chosen only for a

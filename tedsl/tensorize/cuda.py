@@ -10,7 +10,7 @@ dtype          shape      PTX                                             C
 ``int8``       m16n8k32   ``mma.sync.aligned.m16n8k32.row.col.s32.s8``    int32
 =============  =========  ==============================================  ========
 
-Three intrinsics per dtype, all declared with ``te.decl_tensor_intrin``:
+Two intrinsics per dtype, both declared with ``te.decl_tensor_intrin``:
 
 * :func:`mma` (a reduction ``c[i, j] += a[i, k] * b[k, j]``): its update is the tile product,
   its reset zeroes the accumulator;
