@@ -89,6 +89,72 @@ def test_conv2d_nchw_and_relu(rng):
     check_kernel(s, [X, Wt, Y], [x, w], ref.astype(np.float32), rtol=1e-4, atol=1e-4)
 
 
+def _conv_ref(x, w, pad, stride):
+    import numpy.lib.stride_tricks as st
+    kh, kw = w.shape[2:]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = st.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("ncyxab,fcab->nfyx", win, w.astype(np.float64))
+
+
+def _conv_bias_relu(c, hw, f, k, stride):
+    X = te.placeholder((1, c, hw, hw), name="X")
+    Wt = te.placeholder((f, c, k, k), name="W")
+    bias = te.placeholder((f,), name="bias")
+    C = ops.conv2d_nchw(X, Wt, stride=stride, padding=k // 2)
+    Y = te.compute(C.shape, lambda n, o, y, x: te.max(C[n, o, y, x] + bias[o], 0.0), name="Y")
+    return X, Wt, bias, Y
+
+
+@pytest.mark.parametrize("hw,stride", [(7, 1), (13, 2)])
+def test_conv2d_short_rows_vectorize_the_output_channels(rng, hw, stride):
+    """Output rows of 7 columns are no whole vector: the register tile's vectors run along the
+    64 output channels instead, read from weights packed into channel panels, the accumulators
+    laid out channels-last; the padded input gets its own buffer (not a guard per tap) and
+    bias + relu run in the copy-out."""
+    X, Wt, bias, Y = _conv_bias_relu(4, hw, 64, 3, stride)
+    assert sketch_space(Y)["conv2d_nchw.vector_axis"] == ["f", "last"]
+    s = auto_schedule(Y, params={})
+    text = str(te.lower(s, [X, Wt, bias, Y]))
+    assert "conv2d_nchw_pad = allocate" in text and "conv2d_nchw_pack = allocate" in text
+    assert "conv2d_nchw.local[0, 0, x.c.inner, f.c.inner]" in text
+    x, w, b = rand(rng, (1, 4, hw, hw), lo=-1, hi=1), rand(rng, (64, 4, 3, 3), lo=-1, hi=1), rand(rng, (64,))
+    ref = np.maximum(_conv_ref(x, w, 1, stride) + b[None, :, None, None], 0)
+    check_kernel(s, [X, Wt, bias, Y], [x, w, b], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_channel_vectors_every_knob_value_and_replay(rng):
+    """Each alternative of the channel-vector sketch (rows vectorized instead, pad inlined, no
+    packing, other tiles, no fusion) is correct, and the trace (with the channels-last local
+    buffer) replays onto a fresh definition."""
+    from tedsl.schedule.trace import Trace
+    X, Wt, bias, Y = _conv_bias_relu(3, 7, 32, 3, 1)
+    x, w, b = rand(rng, (1, 3, 7, 7), lo=-1, hi=1), rand(rng, (32, 3, 3, 3), lo=-1, hi=1), rand(rng, (32,))
+    ref = np.maximum(_conv_ref(x, w, 1, 1) + b[None, :, None, None], 0)
+    space = sketch_space(Y)
+    assert space["conv2d_nchw.vector_axis"][0] == "f"
+    for name, values in space.items():
+        for v in values[1:]:
+            s = auto_schedule(Y, params={name: v})
+            check_kernel(s, [X, Wt, bias, Y], [x, w, b], ref, rtol=1e-4, atol=1e-4)
+    s = auto_schedule(Y, params={})
+    assert any(st.prim == "cache_write_as" for st in s.trace.steps)
+    X2, W2, b2, Y2 = _conv_bias_relu(3, 7, 32, 3, 1)
+    s2 = Trace.from_json(s.trace.to_json()).apply([Y2])
+    assert str(te.lower(s2, [X2, W2, b2, Y2])) == str(te.lower(s, [X, Wt, bias, Y]))
+
+
+def test_cache_write_as_refusals():
+    from tedsl.auto.pack import cache_write_as
+    A, B, C = gemm(8, 8, 8)
+    s = te.create_schedule(C)
+    with pytest.raises(te.ScheduleError, match="permutation of its axes"):
+        cache_write_as(s, C, [0, 0])
+    s[C].split(C.op.axis[0], factor=2)
+    with pytest.raises(te.ScheduleError, match="unscheduled"):
+        cache_write_as(s, C, [1, 0])
+
+
 def _softmax_ref(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

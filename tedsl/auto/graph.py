@@ -217,6 +217,19 @@ class Graph:
         offs = {ld.offsets() for ld in lds}
         return None not in pats and len(pats) == 1 and len(offs) >= 2
 
+    def is_window_read(self, consumer, producer):
+        """A reduction ``consumer`` reads ``producer`` through a sliding window: an index moves
+        with an output axis and a reduction axis at once (a convolution or pooling reading its
+        padded input).  Each element is then read by many outputs, so inlining would repeat the
+        producer's work (a padding guard) in the innermost loop."""
+        data = {a.var for a in consumer.axis}
+        red = {r.var for r in consumer.reduce_axis}
+        for ld in self.loads_from(consumer, producer):
+            for f in ld.forms:
+                if f is not None and data & set(f) and red & set(f):
+                    return True
+        return False
+
     def is_layout_copy(self, op):
         """A stage that only moves data into a new shape (a packed layout): its body is a
         load of a tensor of another rank (possibly under a bounds guard)."""

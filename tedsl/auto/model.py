@@ -130,12 +130,16 @@ def row_block(ext, want):
     return want
 
 
-def register_tile(m, lanes, rows_ext, cols_ext, col_hint=None):
+def register_tile(m, lanes, rows_ext, cols_ext, col_hint=None, broadcasts=False):
     """``(mr, nr)``: unrolled rows x vector columns of a register tile whose accumulators fill
-    the machine's vector registers.  ``col_hint`` (a packed panel width) wins for the columns."""
+    the machine's vector registers.  ``col_hint`` (a packed panel width) wins for the columns.
+    ``broadcasts``: the rows broadcast scalars of a sliding window (a convolution vectorized
+    along its output channels), which the unrolled window keeps live in registers too, so the
+    accumulators get about half the register file."""
     nr = col_hint or vector_block(cols_ext, lanes)
     regs = max(1, -(-nr // lanes))
-    mr = row_block(rows_ext, max(1, m.accumulators // regs)) if rows_ext != 1 else 1
+    acc = m.accumulators // 2 + 2 if broadcasts else m.accumulators
+    mr = row_block(rows_ext, max(1, acc // regs)) if rows_ext != 1 else 1
     return mr, nr
 
 

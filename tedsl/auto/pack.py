@@ -8,7 +8,9 @@ rewrite touches only this schedule (as ``cache_read`` does); the user's definiti
 the schedule's trace records it as a step (``schedule_rewrite``) so that it replays.
 """
 from ..ir import expr as E
-from ..schedule.cache import _fresh_name, _insert_stage, _reset_like, _same_axes_op
+from ..errors import ScheduleError
+from ..schedule.cache import (_fresh_name, _insert_stage, _reset_like, _reset_stage,
+                              _same_axes_op)
 from ..schedule.schedule import Stage
 from ..schedule.trace import schedule_rewrite
 from ..ir.functor import transform, walk
@@ -83,3 +85,46 @@ def pack_operand(s, stage, tensor, var, width):
     body = [transform(b, rewrite) for b in stage.op.body]
     _reset_like(stage, _same_axes_op(stage.op, body))
     return packed
+
+
+@schedule_rewrite
+def cache_write_as(s, tensor, order):
+    """``cache_write(tensor, "local")`` whose buffer lays its axes out in ``order`` (indices of
+    ``tensor``'s axes, outermost first), e.g. the output channels of an NCHW convolution last
+    when they are the vector axis of its register tile: the accumulators are then contiguous
+    vectors, and only the copy-out (once per output element) reads across them.  ``tensor``'s
+    stage must be unscheduled; returns the local tensor."""
+    from ..ir.functor import substitute
+    st = s[tensor]
+    op = st.op
+    if not isinstance(op, ComputeOp) or len(op.outputs) != 1 or st.relations or \
+            sorted(order) != list(range(len(op.axis))):
+        raise ScheduleError(f"cache_write_as({tensor.name}): expects an unscheduled "
+                            "single-output compute and a permutation of its axes")
+    fresh = [E.IterVar(E.Var(f"{a.name}.c", "int32"), a.begin, a.end, "data_par")
+             for a in op.axis]
+    sub = {a.var: f.var for a, f in zip(op.axis, fresh)}
+    body = op.body[0]
+    if isinstance(body, E.Reduce):
+        if any((set(_free(r.begin)) | set(_free(r.end))) & set(sub) for r in body.axis):
+            raise ScheduleError(f"cache_write_as({tensor.name}): reduction bounds depend on "
+                                "the data axes")
+        src = [substitute(x, sub) for x in body.source]
+        where = substitute(body.where, sub) if body.where is not None else None
+        new_body = E.Reduce(body.combiner, src, list(body.axis), where, 0)
+    else:
+        new_body = substitute(body, sub)
+    base = f"{op.name}.local"
+    cop = ComputeOp(_fresh_name(s, base, base + ".w"), "cache_write",
+                    [fresh[n] for n in order], [new_body], [op.shape[n] for n in order])
+    cst = Stage(cop, s)
+    cst.scope = "local"
+    _insert_stage(s, cst, st)
+    copy = _same_axes_op(op, [E.TensorLoad(cop.outputs[0], [op.axis[n].var for n in order])])
+    _reset_stage(st, copy)
+    return cop.outputs[0]
+
+
+def _free(e):
+    from ..ir.functor import free_vars
+    return free_vars(e) if isinstance(e, E.Expr) else ()

@@ -26,7 +26,7 @@ from ..errors import ScheduleError
 from ..te.tensor import ComputeOp, ScanOp
 from . import model
 from .graph import const_int, has_call, numel, same_dim
-from .pack import pack_dim, pack_operand
+from .pack import cache_write_as, pack_dim, pack_operand
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
 
@@ -124,25 +124,32 @@ def maybe_parallel(stage, iv, work):
     try_(stage.parallel, iv)
 
 
-def attach_tile(stages, T, outer, work):
+def attach_tile(stages, T, outer, work, fuse=True):
     """Compute ``stages`` inside ``T`` at the innermost loop of ``outer`` (``T``'s loops
     outside the tile, outermost first) and run one of those loops in parallel.
 
-    Loops of constant extent 1 move inside the attach point (isl emits none for them) and the
-    loops are not fused (an attach point must be a loop of the stage as split).  Returns the
-    attach loop, or None when every loop has extent 1 (the stages stay at the root)."""
+    Loops of constant extent 1 move inside the attach point (isl emits none for them).  The
+    parallel loop is the first of extent 8 or more; short loops outside it are fused into it
+    (``fuse``; the attach loop itself is never fused away).  Returns the attach loop, or None
+    when every loop has extent 1 (the stages stay at the root)."""
     keep = [l for l in outer if ext(T, l) != 1]
     ones = [l for l in outer if ext(T, l) == 1]
     if ones and keep:
         T.reorder(*keep, *ones)
     if not keep:
         return None
-    at = keep[-1]
-    for st in stages:
-        st.compute_at(T, at)
     par = next((l for l in keep if ext(T, l) is None or ext(T, l) >= 8), None)
     if par is None:
         par = max(keep, key=lambda l: ext(T, l))
+    n = keep.index(par)
+    if fuse and n and n + 1 < len(keep) and all(ext(T, l) is not None for l in keep[1:n + 1]):
+        # the parallel loop outermost (a parallel region inside a serial loop is entered once
+        # per iteration): the short loops outside it are fused into it
+        par = T.fuse(*keep[:n + 1])
+        keep = [par] + keep[n + 1:]
+    at = keep[-1]
+    for st in stages:
+        st.compute_at(T, at)
     maybe_parallel(T, par, work)
     return at
 
@@ -216,6 +223,8 @@ class Sketch:
                 why = "pack"
             elif len(cons) >= 2 and has_call(op):
                 why = "shared"
+            elif any(g.kind(c) == "reduction" and g.is_window_read(c, op) for c in cons):
+                why = "window"
             elif len(cons) == 1 and g.kind(cons[0]) == "injective" and \
                     g.is_stencil_read(cons[0], op) and len(g.loads(op)) >= 2 and \
                     len(op.axis) >= 1:
@@ -379,21 +388,28 @@ class Sketch:
         s, g, m = self.s, self.g, self.m
         lab = self.label[id(op)]
         lanes = self.lanes(op)
-        col = op.axis[-1]
-        row = self.row_axis(op, col)
-        hint = _panel_hint(g.loads(op), col.var)
         sym = numel(op.shape) is None or any(const_int(r.end) is None or
                                              const_int(r.begin) is None
                                              for r in op.reduce_axis)
         rect = not any(set(_vars(r.begin) | _vars(r.end)) & {a.var for a in op.axis}
                        for r in op.reduce_axis)
+        col = op.axis[-1]
+        alt = self.vector_axis(op, lanes) if not sym and rect else None
+        if alt is not None and self.k(f"{lab}.vector_axis", alt.var.name, ["last"]) != "last":
+            col = alt
+        row = self.row_axis(op, col)
+        hint = _panel_hint(g.loads(op), col.var)
         mr0, nr0 = model.register_tile(m, lanes, None if row is None else
                                        (const_int(row.end) if not sym else None),
-                                       const_int(col.end), hint)
+                                       const_int(col.end), hint,
+                                       broadcasts=col is not op.axis[-1] and
+                                       row is not None and self.window(op, row))
         pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
         if row is None:
             mr0 = 1
         cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes, lanes // 2]
+        if col is not op.axis[-1]:      # whole panels only (a partial one runs guarded)
+            cols = [c for c in cols if ext_of(col) % c == 0]
         nr = self.k(f"{lab}.tile_cols", nr0, [c for c in cols if c >= 1])
         if row is not None:
             mr = self.k(f"{lab}.tile_rows", mr0, [8, 4, 6, 2, 1, 12])
@@ -409,35 +425,46 @@ class Sketch:
         pack_rows = self.k(f"{lab}.pack_rows", True, [False]) if rows_t is not None else False
         order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
                        ["ij", "ji"]) if row is not None else "ij"
+        moved = col is not op.axis[-1]
         host = self.host(op)
         if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
             host = op
         packed = pack_operand(s, s[op], pack_t, col.var, nr) if pack else None
         if pack_rows and mr > 1:
             pack_operand(s, s[op], rows_t, row.var, mr)
-        if host is op:
+        pos = {a: n for n, a in enumerate(op.axis)}
+        if moved:
+            # accumulators laid out with the vector axis last (contiguous vectors)
+            layout = [n for n in range(len(op.axis)) if n != pos[col]] + [pos[col]]
+            cc = cache_write_as(s, op.output(0), layout)
+            T, cs = s[op], s[cc]
+            cop_axes = [cc.op.axis[layout.index(n)] for n in range(len(op.axis))]
+            if host is not op:      # the copy-out inlined into the fused consumer
+                T.compute_inline()
+                T = s[host]
+                self.done.add(id(host))
+        elif host is op:
             cc = s.cache_write(op.output(0), "local")
-            T, cs, cop = s[op], s[cc], cc.op
+            T, cs, cop_axes = s[op], s[cc], list(cc.op.axis)
         else:
-            T, cs, cop = s[host], s[op], op
+            T, cs, cop_axes = s[host], s[op], list(op.axis)
             cs.set_scope("local")
             self.done.add(id(host))
         self.done.add(id(op))
-        pos = {a: n for n, a in enumerate(op.axis)}
         hax = list(host.axis)
         houter, hinner, hjo = self.tile_loops(T, hax, pos[col], None if row is None else pos[row],
                                          mr, nr, order)
         T.reorder(*houter, *hinner)
         work = _work(op)
-        attach_tile([cs], T, houter, work)
+        attach_tile([cs], T, houter, work, fuse=packed is None or order != "ji")
         if packed is not None and order == "ji" and ext(T, hjo) != 1:
             # one panel packed per column tile, in cache, by the thread that uses it
             ps = s[packed]
             ps.compute_at(T, hjo)
             split_vector(ps, packed.op.axis[-1], 2 * lanes)
-        couter, cinner, _ = self.tile_loops(cs, list(cop.axis), pos[col],
+        couter, cinner, _ = self.tile_loops(cs, cop_axes, pos[col],
                                          None if row is None else pos[row], mr, nr, order)
-        red = list(cop.reduce_axis)
+        red = list(cs.op.reduce_axis)
         unrolled = []
         if ku > 1:
             ko, ki = cs.split(red[-1], factor=ku)
@@ -455,6 +482,37 @@ class Sketch:
             try_(cs.unroll, r)
         try_(cs.vectorize, cinner[-1])
         try_(T.vectorize, hinner[-1])
+
+    def vector_axis(self, op, lanes):
+        """A data axis other than the last to vectorize the register tile along, or None.
+
+        When the last axis is short and not a whole number of vectors (the 7, 14, 28 or 56
+        columns of a convolution's output rows) its vectors are narrow or masked; an axis of
+        whole vectors that the reused operands index plainly (output channels: ``W[f, ...]``,
+        packed into panels) makes full vectors, the other operands broadcast."""
+        e_last = ext_of(op.axis[-1])
+        if e_last is None or e_last % lanes == 0 or e_last >= 8 * lanes:
+            return None
+        best = None
+        for a in op.axis[:-1]:
+            e = ext_of(a)
+            if e is None or e % lanes or e < 2 * lanes:
+                continue
+            lds = [ld for ld in self.g.loads(op) if ld.depends(a.var)]
+            if not lds or len(lds) == len(self.g.loads(op)) or \
+                    any(pack_dim(ld, a.var) is None or
+                        any(const_int(x) is None for x in ld.tensor.shape) for ld in lds):
+                continue
+            if best is None or e > ext_of(best):
+                best = a
+        return best
+
+    def window(self, op, axis):
+        """Whether some load indexes ``axis`` together with a reduction axis (``x + rx``) of
+        more than one iteration."""
+        red = {r.var for r in op.reduce_axis if ext_of(r) != 1}
+        return any(f is not None and f.get(axis.var, 0) and red & set(f)
+                   for ld in self.g.loads(op) for f in ld.forms)
 
     def pack_candidate(self, op, row, col, mr, nr):
         """The operand to pack into panels: it moves with the columns, the rows reuse it, and
@@ -630,6 +688,12 @@ class Sketch:
         finally:
             if deferred is not None:
                 s._check_legal = deferred
+
+
+def ext_of(iv):
+    """The constant extent of a root axis, else None."""
+    b, e = const_int(iv.begin), const_int(iv.end)
+    return None if b is None or e is None else e - b
 
 
 def _vars(e):

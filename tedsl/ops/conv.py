@@ -16,10 +16,12 @@ spatial sizes may be symbolic (``te.var``), the spatial ones with stride 1 only 
 output sizes affine in the input sizes).  The blocked schedules use the same splits then, with
 isl-derived tails, at a cost in build time.
 
-The default CPU schedule is ``te.auto_schedule``'s tiling rule: the pad stage inlined, a
-register tile (rows along the axis whose loads reuse the vector operand: filters for NCHW,
-output columns for NHWC, output rows for depthwise; columns vectorized along the contiguous
-output axis) accumulated in a local buffer inside the output's (or a fused ``relu``'s) loops.
+The default CPU schedule is ``te.auto_schedule``'s tiling rule: the pad stage computed once
+into its own buffer, a register tile (rows along the axis whose loads reuse the vector operand:
+filters for NCHW, output columns for NHWC, output rows for depthwise; columns vectorized along
+the contiguous output axis, or along the output channels with the weights packed into panels
+when the output rows are short) accumulated in a local buffer inside the output's (or a fused
+``relu``'s) loops.
 """
 from ..errors import DefinitionError
 from ..ir import expr as E
