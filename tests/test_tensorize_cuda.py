@@ -15,7 +15,7 @@ from tedsl.tensorize import cuda as tc
 from conftest import bf16_bits_to_f32, f32_to_bf16_bits
 from test_cuda_codegen import HAVE_NVRTC
 from test_cuda_gpu import backend  # noqa: F401  (fixture: "gpu" and "emulated")
-from test_cuda_gpu import GPU, _poisoned
+from test_cuda_gpu import GPU, _poisoned, emulator  # noqa: F401  (fixture)
 
 needs_nvrtc = pytest.mark.skipif(not HAVE_NVRTC, reason="NVRTC is not installed")
 PTX = {"float16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
@@ -40,10 +40,12 @@ def test_nvrtc_compiles_the_mma_gemm_and_ptxas_accepts_it(dtype, arch, tmp_path)
     if shutil.which("ptxas") is None:
         pytest.skip("ptxas (CUDA toolkit) not on PATH: NVRTC's PTX checked, not assembled")
     (tmp_path / "g.ptx").write_text(ptx)
-    proc = subprocess.run(["ptxas", f"-arch={arch}", str(tmp_path / "g.ptx"), "-o",
+    proc = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(tmp_path / "g.ptx"), "-o",
                            str(tmp_path / "g.cubin")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "g.cubin").stat().st_size > 0
+    # the accumulator fragments live in registers: no local-memory array, no spill
+    assert "0 bytes stack frame, 0 bytes spill stores" in proc.stdout + proc.stderr
 
 
 def _inputs(rng, m, n, k, dtype):
@@ -121,6 +123,30 @@ def emulator_f16(request, rng, monkeypatch, tmp_path):
         mod = te.build(s, args, target="cuda")
         mod._tedsl_emu = emu
         yield mod, args, (a, b, a64 @ b64), mod.get_source("cuda")
+
+
+WARP_SRC = r"""
+extern "C" __global__ void warp(float* out, int* mode) {
+  float d[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+  const unsigned one2 = 0x3c003c00u;          // two float16 ones
+  const unsigned a[4] = {one2, one2, one2, one2}, b[2] = {one2, one2};
+  if (*mode == 1 || threadIdx.x < 16) tedsl_emu_mma(0, d, a, b);
+  out[threadIdx.x] = d[0] + d[3];
+}
+"""
+
+
+@pytest.mark.parametrize("mode, threads, message", [
+    (1, 32, ""), (0, 32, "reached by 16 threads of a warp without the others"),
+    (1, 16, "reached by 16 threads of a warp without the others")])
+def test_the_emulator_runs_mma_only_with_the_whole_warp(emulator, mode, threads, message):
+    from test_cuda_gpu import _launch
+    lib = emulator.compile(WARP_SRC, [("warp", ["float*", "int*"])])
+    out = np.full(32, np.nan, np.float32)
+    err = _launch(lib, "warp", (1, 1, 1), (threads, 1, 1), out, np.array([mode], np.int32))
+    assert message in err and bool(err) == bool(message), err
+    if not message:             # all ones: 16 products per element, on top of 0.5
+        np.testing.assert_array_equal(out, np.full(32, 2 * 16.5, np.float32))
 
 
 # -- refusals --------------------------------------------------------------------------------
