@@ -608,6 +608,21 @@ class Schedule:
     def __repr__(self):
         return f"Schedule({', '.join(s.name for s in self.stages)})"
 
+    def check_directives(self):
+        """Refuse, at ``lower``, annotations of the finished schedule that cannot all take
+        effect: two vectorized loops in one stage's nest (vector lanes do not nest; the
+        outer one would run as scalar code or, split by isl into full and partial tiles,
+        vanish).  Vectorizing two adjacent loops and fusing them is the way to one vector."""
+        for st in self.stages:
+            vec = [iv for iv in st.leaf_iter_vars
+                   if getattr(st.attrs.get(iv), "kind", None) == "vectorize"]
+            if len(vec) > 1:
+                raise ScheduleError(
+                    f"s[{st.name}].vectorize({vec[0].name}): loop {vec[1].name} inside it is "
+                    "vectorized too, and vector lanes do not nest; fuse the loops from "
+                    f"{vec[0].name} to {vec[1].name} and vectorize the fused loop, or "
+                    f"unroll {vec[0].name} instead")
+
     # Legality hooks: the analysis layer (``poly``, which owns isl) registers the real checks
     # in ``HOOKS`` when it is imported, so this layer never imports the one to its right.
     def _check_legal(self, stage, iv, what):

@@ -234,6 +234,10 @@ def from_tree(tree, bufs, ivenv=None, held=frozenset()):
         if k == "vectorized":
             ext = stage.extent(iv)
             ann += (("lanes", int(ext.value)),)
+        elif k == "unrolled" and isinstance(stage.extent(iv), E.Const):
+            # the schedule's constant extent bounds every piece isl made of the loop: the
+            # unroll pass expands a tail of unknown trip count into that many guarded copies
+            ann += (("max_trip", int(stage.extent(iv).value)),)
         b = _body(body, bufs, inner, iv, held)
         return N.For(tree.var, tree.lo, tree.hi, k, b, tree.step,
                      attr.thread_tag if attr is not None else "", ann)

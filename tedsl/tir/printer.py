@@ -5,6 +5,8 @@ from ..ir.printer import expr_str
 from ..ir.simplify import simplify
 from . import nodes as N
 
+# annotations the passes read, not shown
+_INTERNAL = ("lanes", "fuse_part", "max_trip")
 _KIND = {"serial": "range", "parallel": "parallel", "vectorized": "vectorized",
          "unrolled": "unrolled"}
 
@@ -24,7 +26,7 @@ def _lines(s, ind, out):
         if s.kind == "thread":
             kind = f'thread("{s.thread_tag}")'
         rng = f"{expr_str(s.lo)}, {expr_str(s.hi)}" + (f", {s.step}" if s.step != 1 else "")
-        ann = "".join(f"  # {k}={v}" for k, v in s.annotations if k not in ("lanes", "fuse_part"))
+        ann = "".join(f"  # {k}={v}" for k, v in s.annotations if k not in _INTERNAL)
         out.append(f"{pad}for {s.var.name} in {kind}({rng}):{ann}")
         _lines(s.body, ind + 1, out)
     elif t is N.LetStmt:

@@ -3,6 +3,7 @@
 Every pass is a function from the loop IR to the loop IR (the first two build it).  In order:
 
 Shared (``lower``)
+    0. ``Schedule.check_directives`` annotations that cannot all take effect are refused
     1. ``program.build_program``  stages -> isl iteration domains and schedule maps
     2. ``legality.check_schedule`` dependences stay satisfied, accesses stay in bounds
     3. ``astgen.generate``        isl's AST generator decides every loop; full tiles of
@@ -52,6 +53,7 @@ def lower(s, args, name="main", simple_mode=False):
                             f"{type(s).__name__}")
     if not isinstance(args, (list, tuple)):
         raise ArgumentError("lower: args must be a list of tensors (inputs, then outputs)")
+    s.check_directives()                              # 0
     prog = program.build_program(s)                   # 1
     legality.check_schedule(prog)                     # 2
     tree = astgen.generate(prog)                      # 3

@@ -20,7 +20,9 @@ from ..ir.simplify import Atom, simplify as simplify_expr, bounds
 from ..tir import nodes as N
 
 
-def _max_of(e, ranges):
+def max_of(e, ranges):
+    """The largest value of integer expression ``e`` over the variable ``ranges`` (None if
+    unknown)."""
     e = simplify_expr(e, ranges)
     if isinstance(e, E.Const):
         return e.value
@@ -28,12 +30,14 @@ def _max_of(e, ranges):
     if b is not None:
         return b[1]
     if type(e) is E.Binary and e.op == "min":
-        vals = [v for v in (_max_of(e.a, ranges), _max_of(e.b, ranges)) if v is not None]
+        vals = [v for v in (max_of(e.a, ranges), max_of(e.b, ranges)) if v is not None]
         return min(vals) if vals else None
     return None
 
 
-def _min_of(e, ranges):
+def min_of(e, ranges):
+    """The smallest value of integer expression ``e`` over the variable ``ranges`` (None if
+    unknown)."""
     e = simplify_expr(e, ranges)
     if isinstance(e, E.Const):
         return e.value
@@ -41,12 +45,12 @@ def _min_of(e, ranges):
     if b is not None:
         return b[0]
     if type(e) is E.Binary and e.op == "max":
-        vals = [v for v in (_min_of(e.a, ranges), _min_of(e.b, ranges)) if v is not None]
+        vals = [v for v in (min_of(e.a, ranges), min_of(e.b, ranges)) if v is not None]
         return max(vals) if vals else None
     return None
 
 
-def _guarded(cond, ranges):
+def guarded(cond, ranges):
     """``ranges`` plus the bounds a guard ``x >= c`` / ``x < c`` ... (and conjunctions) puts on
     a variable or a non-affine term such as ``n % 16``."""
     out = None
@@ -88,7 +92,7 @@ def _go(s, ranges):
         if isinstance(lo, E.Const) and isinstance(hi, E.Const) and hi.value <= lo.value:
             return N.Seq([])
         inner = dict(ranges)
-        a, b = _min_of(lo, ranges), _max_of(hi, ranges)
+        a, b = min_of(lo, ranges), max_of(hi, ranges)
         if a is not None and b is not None and s.step == 1:
             inner[s.var] = (a, b - 1)
         return s.replace(lo=lo, hi=hi, body=_go(s.body, inner))
@@ -105,7 +109,7 @@ def _go(s, ranges):
             if c.value:
                 return _go(s.then, ranges)
             return _go(s.else_, ranges) if s.else_ is not None else N.Seq([])
-        return N.IfThen(c, _go(s.then, _guarded(c, ranges)),
+        return N.IfThen(c, _go(s.then, guarded(c, ranges)),
                         _go(s.else_, ranges) if s.else_ is not None else None)
     if t is N.Store:
         return N.Store(s.buffer, [f(i) for i in s.indices], f(s.value))

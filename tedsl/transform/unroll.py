@@ -11,17 +11,21 @@ After::
     C[i] = C[i] + A[i, k.outer * 4 + 1]
     ...
 
-A loop whose bounds are not constant (a tail under a non-dividing split) stays a loop when no
-constant bounds its trip count; more than ``MAX_UNROLL`` iterations are refused (ScheduleError):
-that much straight-line code is never what a schedule wants, and silently keeping the loop would
-drop the directive.
+A loop whose trip count is not a constant (the tail of a non-dividing split, a piece isl
+separated: ``n % 5``, ``min(4, n - 4 * k.outer)``, ``3 - i`` ...) becomes one guarded copy per
+possible iteration, as many as the largest trip count: the bound the ranges of the enclosing
+loops and guards give it, or the schedule's constant extent of the loop (every piece isl makes
+of a loop runs at most that often; ``tir.build`` records it).  A loop never silently stays a
+loop.  More than ``MAX_UNROLL`` iterations are refused (ScheduleError): that much straight-line
+code is never what a schedule wants, and silently keeping the loop would drop the directive.
 """
-from ..errors import ScheduleError
+from ..errors import InternalError, ScheduleError
 from ..ir import expr as E
 from ..ir.functor import substitute
 from ..ir.simplify import simplify
 from ..tir import nodes as N
-from ..tir.functor import rewrite, visit
+from ..tir.functor import rewrite, visit, with_children
+from .simplify import guarded, max_of, min_of
 
 MAX_UNROLL = 1024
 
@@ -30,23 +34,64 @@ def _subst_stmt(s, var, value):
     return rewrite(s, None, lambda e: simplify(substitute(e, {var: value})))
 
 
-def _stmt(s):
-    if type(s) is N.For and s.kind == "unrolled":
-        lo = simplify(s.lo)
-        ext = simplify(E.binary("sub", s.hi, s.lo))
-        _check_limit(s, ext)
-        if isinstance(ext, E.Const) and ext.value // s.step <= MAX_UNROLL:
-            # a constant trip count (the bounds may move with outer loops)
-            body = _keep_inner_loops(s.body, -(-ext.value // s.step))
-            return N.seq([_subst_stmt(body, s.var, simplify(E.binary("add", lo, i)))
-                          for i in range(0, ext.value, s.step)] or [N.Seq([])])
-        top = _max_trip(ext)
-        if top is not None and s.step == 1 and top <= MAX_UNROLL:
-            # the tail of a non-dividing split: every copy guarded by its own bound
-            return N.seq([N.IfThen(simplify(E.compare("lt", E.Const(i, "int64"), ext)),
-                                   _subst_stmt(s.body, s.var, simplify(E.binary("add", lo, i))))
-                          for i in range(top)] or [N.Seq([])])
-        return s.replace(kind="serial")
+def _expand(s, ranges):
+    """The straight-line copies of unrolled loop ``s`` (its body already expanded)."""
+    lo = simplify(s.lo, ranges)
+    ext = simplify(E.binary("sub", s.hi, s.lo), ranges)
+    trips = _trips(s, ext, ranges)
+    _check_limit(s, trips)
+    if isinstance(ext, E.Const):
+        # a constant trip count (the bounds may move with outer loops)
+        body = _keep_inner_loops(s.body, trips)
+        return N.seq([_subst_stmt(body, s.var, simplify(E.binary("add", lo, i)))
+                      for i in range(0, ext.value, s.step)] or [N.Seq([])])
+    if trips is None:
+        raise InternalError(f"unroll: no bound on the trip count of loop {s.var.name} "
+                            f"(extent {ext})")
+    # a tail: every copy guarded by its own bound
+    return N.seq([N.IfThen(simplify(E.compare("lt", E.Const(i * s.step, "int64"), ext)),
+                           _subst_stmt(s.body, s.var,
+                                       simplify(E.binary("add", lo, i * s.step))))
+                  for i in range(trips)] or [N.Seq([])])
+
+
+def _trips(s, ext, ranges):
+    """The largest trip count of loop ``s`` of extent ``ext`` (None if unknown)."""
+    if isinstance(ext, E.Const):
+        return max(0, -(-ext.value // s.step))
+    tops = [t for t in (max_of(ext, ranges), _max_trip(ext)) if t is not None]
+    tops = [-(-t // s.step) for t in tops]
+    bound = dict(s.annotations).get("max_trip")
+    if bound is not None:
+        tops.append(bound)
+    return max(0, min(tops)) if tops else None
+
+
+def _go(s, ranges):
+    """``s`` with its unrolled loops expanded, innermost first; ``ranges`` holds the value
+    ranges of the enclosing loops and guards."""
+    t = type(s)
+    if t is N.For:
+        inner = dict(ranges)
+        a, b = min_of(s.lo, ranges), max_of(s.hi, ranges)
+        if a is not None and b is not None and s.step == 1:
+            inner[s.var] = (a, b - 1)
+        s = s.replace(body=_go(s.body, inner))
+        return _expand(s, ranges) if s.kind == "unrolled" else s
+    if t is N.IfThen:
+        return N.IfThen(s.cond, _go(s.then, guarded(s.cond, ranges)),
+                        _go(s.else_, ranges) if s.else_ is not None else None)
+    if t is N.LetStmt:
+        inner = ranges
+        if isinstance(s.value, E.Const) and isinstance(s.value.value, int):
+            inner = dict(ranges)
+            inner[s.var] = (s.value.value, s.value.value)
+        return N.LetStmt(s.var, s.value, _go(s.body, inner))
+    kids = N.stmt_children(s)
+    if not kids:
+        return s
+    new = [_go(k, ranges) for k in kids]
+    return s if all(a is b for a, b in zip(new, kids)) else with_children(s, new)
 
 
 # copies of serial loops made by one unroll above which LLVM may not unroll them again
@@ -70,9 +115,9 @@ def _keep_inner_loops(body, copies):
     return rewrite(body, mark)
 
 
-def _check_limit(s, ext):
-    """Refuse an unrolled loop of more than ``MAX_UNROLL`` iterations (``ext``: its extent)."""
-    trips = -(-ext.value // s.step) if isinstance(ext, E.Const) else _max_trip(ext)
+def _check_limit(s, trips):
+    """Refuse an unrolled loop of more than ``MAX_UNROLL`` iterations (``trips``: the largest
+    trip count, None if unknown)."""
     if trips is not None and trips > MAX_UNROLL:
         t = _stage_name(s.body)
         raise ScheduleError(
@@ -86,7 +131,8 @@ def check_unroll_limits(func):
     ``lower`` so that every target refuses it at the call that lowers."""
     def fn(s):
         if type(s) is N.For and s.kind == "unrolled":
-            _check_limit(s, simplify(E.binary("sub", s.hi, s.lo)))
+            ext = simplify(E.binary("sub", s.hi, s.lo))
+            _check_limit(s, _trips(s, ext, {}))
     visit(func.body, fn)
     return func
 
@@ -110,5 +156,5 @@ def _max_trip(ext):
 
 
 def unroll(func):
-    """Return ``func`` with constant-bound ``unroll`` loops expanded."""
-    return func.replace(rewrite(func.body, _stmt))
+    """Return ``func`` with every ``unroll`` loop expanded."""
+    return func.replace(_go(func.body, {}))
