@@ -94,3 +94,29 @@ def test_a_row_that_is_not_contiguous_is_refused():
     s[C].tensorize(ii, amx.tdpbusd(target=SPR))
     with pytest.raises(ScheduleError, match="A's index 0 moves by 0 per step of loop i.inner"):
         te.lower(s, [A, Bp, C])
+
+
+@pytest.mark.skipif(amx.has_amx("tdpbusd"), reason="this CPU has AMX")
+def test_calling_amx_code_on_a_cpu_without_amx_is_refused_not_a_crash():
+    """Built for another CPU (cross-compiled), the kernel asks Linux for the tile state first
+    and returns an error status where it is refused, before any tile instruction (run in a
+    child process: an illegal instruction would stop it, not the test run)."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, tedsl as te\n"
+        "from test_tensorize_amx import tiled_gemm\n"
+        "s, args = tiled_gemm('tdpbusd')\n"
+        "f = te.build(s, args, target='llvm -mcpu=sapphirerapids')\n"
+        "c = np.zeros((32, 48), np.int32)\n"
+        "try:\n"
+        "    f(np.ones((32, 128), np.uint8), np.ones((3, 32, 16, 4), np.int8), c)\n"
+        "except te.TargetUnavailableError as e:\n"
+        "    print('refused:', e)\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.path.dirname(here)]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=here, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "refused: main: this machine has no AMX tile state" in proc.stdout, proc.stdout

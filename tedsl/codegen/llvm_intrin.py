@@ -18,7 +18,9 @@ denormals flushed).
 ``k < 64`` (C int32 16 x 16, A 16 x 64 uint8, B 16 x 16 x 4 int8: rows of 64 bytes, each at its
 buffer's row stride); ``x86.amx.tdpbf16ps``: the same with bfloat16 pairs, ``k < 32``, C
 float32.  Each call configures the tiles (``ldtilecfg``), loads C, A and B into tiles 0-2,
-issues the instruction, stores C and releases the tiles (AMX-TILE with AMX-INT8 / AMX-BF16).
+issues the instruction, stores C and releases the tiles (AMX-TILE with AMX-INT8 / AMX-BF16);
+the first one of a process asks Linux for the tile state and returns status ``AMX_REFUSED``
+where it is refused.
 """
 from llvmlite import ir
 
@@ -88,6 +90,7 @@ def _amx(cg, s, op):
         cfg.global_constant, cfg.linkage, cfg.align = True, "private", 64
         cfg.initializer = ir.Constant(ir.ArrayType(i8, 64), bytearray(_TILECFG))
     void = ir.VoidType()
+    _ask_for_tiles(cg)
     cg.intrinsic("llvm.x86.ldtilecfg", void, [cg.b.bitcast(cfg, ptr)])
     tiles = []
     for t, (r, dims) in enumerate(zip(s.regions, (2, 2, 3))):
@@ -100,6 +103,32 @@ def _amx(cg, s, op):
     cg.intrinsic(f"llvm.x86.{op}", void, [ir.Constant(i8, k) for k in (0, 1, 2)])
     cg.intrinsic("llvm.x86.tilestored64", void, [ir.Constant(i8, 0), *tiles[0]])
     cg.intrinsic("llvm.x86.tilerelease", void, [])
+
+
+AMX_REFUSED = 10     # the status of a call on a machine without the AMX tile state
+
+
+def _ask_for_tiles(cg):
+    """Once per process, ask Linux for the tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)``); where it is refused (no AMX, or an old kernel) the call returns
+    status ``AMX_REFUSED`` instead of stopping at the first tile instruction."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    flag = cg.module.globals.get("tedsl_amx_granted")
+    if flag is None:
+        flag = ir.GlobalVariable(cg.module, i32, "tedsl_amx_granted")
+        flag.linkage, flag.initializer = "internal", ir.Constant(i32, 0)
+    syscall = cg.module.globals.get("syscall")
+    if syscall is None:
+        syscall = ir.Function(cg.module, ir.FunctionType(i64, [i64], var_arg=True), "syscall")
+    b = cg.b
+    ask, go = cg.fn.append_basic_block("amx_ask"), cg.fn.append_basic_block("amx_go")
+    b.cbranch(b.icmp_unsigned("==", b.load(flag), ir.Constant(i32, 0)), ask, go)
+    b.position_at_end(ask)
+    rc = b.call(syscall, [ir.Constant(i64, v) for v in (158, 0x1023, 18)])
+    cg.fail_if(b.icmp_signed("!=", rc, ir.Constant(i64, 0)), AMX_REFUSED)
+    b.store(ir.Constant(i32, 1), flag)
+    b.branch(go)
+    b.position_at_end(go)
 
 
 EMITTERS = {

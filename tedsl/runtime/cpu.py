@@ -21,7 +21,10 @@ STATUS = {2: (OutOfMemoryError, "out of memory while allocating a temporary buff
           7: (ArgumentError, "an output shares memory with another argument"),
           8: (TargetUnavailableError, "no CUDA driver (libcuda.so.1 could not be loaded) or no "
                                       "CUDA device"),
-          9: (CudaError, "a CUDA driver call failed (loading the PTX or launching)")}
+          9: (CudaError, "a CUDA driver call failed (loading the PTX or launching)"),
+          10: (TargetUnavailableError, "this machine has no AMX tile state (the CPU lacks AMX "
+                                       "or Linux refused it): build for this CPU without the "
+                                       "AMX intrinsics")}
 
 
 def raise_status(name, rc):

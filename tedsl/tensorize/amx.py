@@ -11,8 +11,10 @@ elements are contiguous.
 
 Each call configures the tiles, loads C, A and B, multiplies and stores C (keeping C in a tile
 across the reduction is left to a later schedule).  The intrinsics are chosen only for a
-target with AMX (``-mcpu=sapphirerapids``, or the host's features); on Linux a process must
-ask the kernel for the tile state before its first tile instruction (:func:`request_tiles`).
+target with AMX (``-mcpu=sapphirerapids``, or the host's features).  Before its first tile
+instruction a kernel asks Linux for the tile state (``arch_prctl``); where that is refused (a
+CPU without AMX running cross-compiled code, an old kernel) the call raises
+``TargetUnavailableError`` instead of stopping at an illegal instruction.
 """
 from ..codegen import target as target_mod
 from ..codegen.llvm_intrin import has_feature
@@ -70,16 +72,4 @@ def _tile(a_dtype, b_dtype, acc, group, name):
     return intrin
 
 
-def request_tiles():
-    """Ask Linux for the AMX tile state of this process (``arch_prctl(ARCH_REQ_XCOMP_PERM,
-    XFEATURE_XTILEDATA)``); True when granted.  Without it the first tile instruction stops
-    the process."""
-    import ctypes
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syscall(158, 0x1023, 18) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-__all__ = ["FEATURES", "has_amx", "request_tiles", "tdpbf16ps", "tdpbusd"]
+__all__ = ["FEATURES", "has_amx", "tdpbf16ps", "tdpbusd"]
