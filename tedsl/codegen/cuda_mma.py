@@ -11,7 +11,9 @@ with C the accumulator, a ``local`` buffer of which each thread keeps only its f
 elements: lane ``l`` (``g = l / 4``, ``t = l % 4``) keeps ``C[g + 8 (e / 2), 2t + e % 2]`` at
 element ``e`` of the tile's first row (``e < 4``, the tile's base plus ``e``), so that every
 index is a constant after unrolling and the fragments stay in registers.  A and B fragments
-are gathered from their buffers (any layout) with plain loads, in the PTX ISA's layout:
+are gathered from their buffers (any layout) with plain loads (one 32-bit load for the two or
+four elements of a register of A where they are contiguous and aligned in shared memory), in
+the PTX ISA's layout:
 for 16-bit types register ``r`` holds ``A[g + 8 (r % 2), 2t + 8 (r / 2) + h]`` and
 ``B[2t + 8 r + h, g]`` (halves ``h < 2``, the lower one in the low bits); for int8
 ``A[g + 8 (r % 2), 4t + 16 (r / 2) + q]`` and ``B[4t + 16 r + q, g]`` (bytes ``q < 4``).
@@ -27,6 +29,7 @@ from ..ir.functor import free_vars, substitute
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..transform.lower_threads import INDEX
+from ..transform.thread_analysis import multiple_of
 
 MARK = "cuda_mma"
 # dtype -> (m, n, k, accumulator dtype, PTX shape and types, emulator kind)
@@ -141,8 +144,9 @@ def emit(p, loop):
     gn, tn = p._name(g, "mma_g"), p._name(t, "mma_t")
     p.need("mma_" + dtype)
 
-    def at(buf, indices, di, dj):
-        """``buf`` at the nest's first element plus (di, dj) in its last two dimensions."""
+    def flat_at(buf, indices, di, dj):
+        """The flat index of ``buf`` at the nest's first element plus (di, dj) in its last
+        two dimensions."""
         base = [simplify(substitute(i, zero)) for i in indices]
         idx = base[:-2] + [E.binary("add", base[-2], E.cast(di, base[-2].dtype)),
                            E.binary("add", base[-1], E.cast(dj, base[-1].dtype))]
@@ -150,7 +154,20 @@ def emit(p, loop):
         if dyn:
             raise ScheduleError(f"mma.sync: the index of {buf.name} is read from memory; the "
                                 "tiles of an mma must be at affine positions")
-        return f"{p.buf_name(buf)}[{p._flat(buf, flat)}]"
+        return flat
+
+    def at(buf, indices, di, dj):
+        return f"{p.buf_name(buf)}[{p._flat(buf, flat_at(buf, indices, di, dj))}]"
+
+    def word(buf, indices, di, dj, count):
+        """The ``count`` elements from (di, dj) along the last dimension as one 32-bit load,
+        where they are contiguous and 4-byte aligned in shared memory; else None."""
+        if buf.scope != "shared" or _const(buf.row_strides()[-1]) != 1:
+            return None
+        flat = flat_at(buf, indices, di, dj)
+        if multiple_of(flat) % count:
+            return None
+        return f"*(const unsigned*)({p.buf_name(buf)} + {p._flat(buf, flat)})"
 
     def lin(a, b, c):          # a * g + b * t + c as an expression
         return E.binary("add", E.binary("add", E.binary("mul", g, E.Const(a, "int32")),
@@ -182,7 +199,9 @@ def emit(p, loop):
         def reg(items):
             return " | ".join(f"({pack}{x} << {8 * q if wide else 16 * q})" if q else
                               f"{pack}{x}" for q, x in enumerate(items))
-        regs_a = [reg([at(a.buffer, a.indices, lin(1, 0, 8 * (r & 1)),
+        regs_a = [word(a.buffer, a.indices, lin(1, 0, 8 * (r & 1)), lin(0, per, step * (r >> 1)),
+                       per) or
+                  reg([at(a.buffer, a.indices, lin(1, 0, 8 * (r & 1)),
                           lin(0, per, step * (r >> 1) + q)) for q in range(per)])
                   for r in range(4)]
         regs_b = [reg([at(b.buffer, b.indices, lin(0, per, step * r + q), lin(1, 0, 0))
