@@ -84,3 +84,52 @@ def test_fuzz_slice():
         pytest.fail(f"{len(bad)} fuzz case(s) failed: "
                     + ", ".join(f"seed {r['seed']} case {r['case']} {r['cls']}" for r in bad)
                     + "\n" + text, pytrace=False)
+
+
+def _demote(kind):
+    """A stand-in for the pass that joins symbolic fuses which also turns every ``kind`` loop
+    serial: a compiler that drops that directive silently."""
+    from tedsl.tir import nodes as N
+    from tedsl.tir.functor import rewrite
+    from tedsl.transform.fuse_loops import fuse_loops
+
+    def demote(func):
+        func = fuse_loops(func)
+        return func.replace(rewrite(func.body, lambda s: s.replace(kind="serial")
+                                    if type(s) is N.For and s.kind == kind else None))
+    return demote
+
+
+def test_dropped_directive_checker_is_exact(monkeypatch):
+    """``annotations_dropped`` accepts what takes effect (loops isl proves to run once, a fuse
+    over symbolic extents joined into one loop, an unrolled tail) and names each directive a
+    compiler drops: a parallel or vectorized loop lowered serially, an unrolled loop kept."""
+    import tedsl as te
+    from tedsl.transform import pipeline
+    m = te.var("m")
+    A = te.placeholder((1, m), "float32", name="A")
+    B = te.compute((1, m), lambda i, j: A[i, j] * 2, name="B")
+    k = te.reduce_axis((0, m), name="k")
+    S = te.compute((1,), lambda i: te.sum(A[0, k], axis=k), name="S")
+    s = te.create_schedule([B, S])
+    io, ii = s[B].split(B.op.axis[0], factor=8)      # i has extent 1: so has i.inner
+    s[B].reorder(io, B.op.axis[1], ii)
+    s[B].vectorize(ii)
+    s[B].parallel(s[B].fuse(io, B.op.axis[1]))       # a fuse over a symbolic extent
+    ko, ki = s[S].split(k, factor=4)
+    s[S].unroll(ki)                                  # its tail runs m % 4 times
+    args = [A, B, S]
+    assert sf.annotations_dropped(s, args) == []
+    monkeypatch.setattr(pipeline, "fuse_loops", _demote("parallel"))
+    assert sf.annotations_dropped(s, args) == [
+        "B: parallel(i.outer.j.fused): lowered as serial"]
+    monkeypatch.setattr(pipeline, "fuse_loops", _demote("vectorized"))
+    monkeypatch.setattr(pipeline, "unroll", lambda func: func)
+    s2 = te.create_schedule([B, S])
+    jo, ji = s2[B].split(B.op.axis[1], factor=4)
+    s2[B].vectorize(ji)
+    ko, ki = s2[S].split(k, factor=4)
+    s2[S].unroll(ki)
+    assert sf.annotations_dropped(s2, args) == [
+        "B: vectorize(j.inner): lowered as serial",
+        "S: unroll(k.inner): still a loop after the unroll pass (unrolled)"]
