@@ -1,0 +1,173 @@
+"""PolyBench-style kernels: tedsl (``te.auto_schedule``, and ``tedsl.tune.auto`` search)
+against numpy and against PolyBench's loops compiled by ``gcc -O3 -march=native -fopenmp``,
+1 and 2 threads, interleaved per case.
+
+Kernels (definitions, numpy versions and C loops in ``polybench_kernels.py``): 2mm, atax,
+bicg, gesummv, syrk, jacobi-2d (a few time steps of two sweeps each) and covariance, float32,
+at PolyBench "LARGE"-like sizes.  Every contender's result is checked against the numpy
+implementation run in float64 before anything is timed.
+
+Columns: ``auto`` the zero-search schedule, ``search`` the schedule ``tedsl.tune.auto``
+found in ``--search-seconds`` (120 by default; ``--no-search`` skips it), ``numpy`` (OpenBLAS
+thread count set to match), ``gcc`` (OpenMP thread count set; the column is left empty with
+a note when gcc is absent) and ``tedsl vs best peer`` = the faster peer's time over the faster
+tedsl schedule's (above 1: tedsl is faster).  Figures are GFLOP/s of PolyBench's operation
+count.
+
+Run: ``python benchmarks/polybench.py [--quick] [--no-search | --search-seconds S]
+[kernel ...]``; writes the ``polybench`` section of RESULTS.md.
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from common import blas_threads, interleaved, machine_description, markdown_table, write_results
+
+import tedsl as te
+import polybench_kernels as pk
+
+SEARCH_SECONDS = 120.0
+
+SIZES = {                       # PolyBench LARGE where it fits, the issue's sizes otherwise
+    "2mm": (800, 800, 800, 800),        # NI, NJ, NK, NL
+    "atax": (4000, 4000),               # M, N
+    "bicg": (4000, 4000),               # N, M
+    "gesummv": (4000,),                 # N
+    "syrk": (1200, 1000),               # N, M
+    "jacobi-2d": (2000, 2),             # N, TSTEPS
+    "covariance": (1200, 1000),         # N observations, M variables
+}
+LABELS = {
+    "2mm": "2mm 800⁴", "atax": "atax 4000×4000", "bicg": "bicg 4000×4000",
+    "gesummv": "gesummv 4000", "syrk": "syrk 1200×1000", "jacobi-2d": "jacobi-2d 2000², 2 steps",
+    "covariance": "covariance 1200×1000",
+}
+
+
+def check(outs, refs, who, name):
+    """Raise if ``outs`` differ from the float64 reference (relative to its largest value)."""
+    for o, r in zip(outs, refs):
+        err = float(np.nanmax(np.abs(o - r)) / np.abs(r).max()) if not np.isnan(o).any() \
+            else float("inf")
+        if not err < 1e-3:
+            raise AssertionError(f"{name}: {who} differs from the float64 reference "
+                                 f"(max relative error {err:.2e})")
+
+
+def search_schedule(case, seconds):
+    """The schedule ``tedsl.tune.auto`` finds in ``seconds`` and a line about the search."""
+    from tedsl.tune import auto as search
+    t0 = time.perf_counter()
+    s = search(case.outs, "llvm", seconds=seconds, name=case.symbol, flop=case.flop,
+               progress=sys.stderr)
+    info = getattr(s, "tune_result", None) or {}
+    took = time.perf_counter() - t0
+    return s, (f"{info.get('trials', '?')} candidates ({info.get('failed', '?')} failed) in "
+               f"{took:.0f} s")
+
+
+def run_case(name, rounds, threads, seconds):
+    case = pk.KERNELS[name](*SIZES[name], np.random.default_rng(0))
+    refs = case.reference()
+    t0 = time.perf_counter()
+    s = te.auto_schedule(case.outs)
+    t_sched = time.perf_counter() - t0
+    notes = []
+
+    def tedsl_contender(sched, who):
+        mod = te.build(sched, case.args, name=case.symbol)
+        outs = [np.full(sh, np.nan, np.float32) for sh in case.out_shapes]
+        mod(*case.inputs, *outs)
+        check(outs, refs, who, name)
+        return (mod.set_num_threads, lambda: mod(*case.inputs, *outs))
+
+    contenders = {"auto": tedsl_contender(s, "auto")}
+    if seconds:
+        ss, line = search_schedule(case, seconds)
+        contenders["search"] = tedsl_contender(ss, "search")
+        notes.append(f"search: {line}")
+    np_outs = [np.full(sh, np.nan, np.float32) for sh in case.out_shapes]
+    run_np = case.numpy_runner(np_outs)
+    run_np()
+    check(np_outs, refs, "numpy", name)
+    contenders["numpy"] = (blas_threads(), run_np)
+    ck = None
+    if pk.gcc() is not None:
+        ck = pk.CKernel(case)
+        for nt in threads:
+            ck.set_threads(nt)
+            check(ck(*case.inputs), refs, f"gcc ({nt} threads)", name)
+        contenders["gcc"] = (ck.set_threads, lambda: ck(*case.inputs))
+    # one call of the slowest contender decides how many calls a round takes
+    slowest = 0.0
+    for set_threads, fn in contenders.values():
+        if set_threads is not None:
+            set_threads(1)
+        t = time.perf_counter()
+        fn()
+        slowest = max(slowest, time.perf_counter() - t)
+    calls = 1 if slowest > 0.3 else 3
+    times = interleaved(contenders, rounds, threads, calls=calls)
+    if ck is not None:
+        ck.close()
+    return case, t_sched, times, notes
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("kernels", nargs="*", help=f"kernels (default all): {', '.join(SIZES)}")
+    p.add_argument("--quick", action="store_true", help="3 rounds instead of 5")
+    p.add_argument("--search-seconds", type=float, default=SEARCH_SECONDS,
+                   help=f"search budget per kernel (default {SEARCH_SECONDS:g})")
+    p.add_argument("--no-search", action="store_true", help="zero-search auto_schedule only")
+    p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
+    opts = p.parse_args(argv)
+    names = opts.kernels or list(SIZES)
+    unknown = [n for n in names if n not in SIZES]
+    if unknown:
+        p.error(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(SIZES)}")
+    seconds = 0 if opts.no_search else opts.search_seconds
+    rounds = 3 if opts.quick else 5
+    threads = (1, 2)
+    print(machine_description())
+    header = ["kernel (GFLOP/s)", "threads", "auto", "search", "numpy", "gcc -O3 -fopenmp",
+              "tedsl vs best peer", "auto_schedule s"]
+    rows, notes = [], []
+    for name in names:
+        case, t_sched, times, case_notes = run_case(name, rounds, threads, seconds)
+        notes += [f"{name}: {n}" for n in case_notes]
+        for nt in threads:
+            def cell(who):
+                t = times.get((who, nt))
+                return "" if t is None else f"{case.flop / t / 1e9:.1f}"
+            ours = min(times[(w, nt)] for w in ("auto", "search") if (w, nt) in times)
+            peers = min(times[(w, nt)] for w in ("numpy", "gcc") if (w, nt) in times)
+            row = [LABELS[name], str(nt), cell("auto"), cell("search"), cell("numpy"),
+                   cell("gcc"), f"{peers / ours:.2f}", f"{t_sched:.3f}"]
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+    table = markdown_table(header, rows)
+    gcc_note = ("" if pk.gcc() is not None else
+                "  gcc was not found: the gcc column is empty.")
+    search_note = (f"`search`: `tedsl.tune.auto` with {seconds:g} s per kernel"
+                   if seconds else "`search` not run (`--no-search`)")
+    note = (f"float32, medians of {rounds} interleaved rounds, 1 and 2 threads (numpy's "
+            "OpenBLAS and gcc's OpenMP thread counts set to match); GFLOP/s of PolyBench's "
+            f"operation count.  {search_note}.  `gcc -O3 -fopenmp`: PolyBench's loops "
+            "(`gcc -O3 -march=native -fopenmp`, `omp parallel for` on the outer loops, an "
+            "array reduction where atax/bicg accumulate across rows).  `tedsl vs best peer`: "
+            "the faster peer's time over the faster tedsl schedule's (above 1: tedsl is "
+            f"faster).{gcc_note}")
+    if notes:
+        note += "\n\n" + "\n".join(f"- {n}" for n in notes)
+    if not opts.no_write:
+        write_results("polybench", "## PolyBench-style kernels\n\n" + table + "\n\n" + note)
+    print(table)
+    print(note)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The PolyBench-style kernels of benchmarks/polybench_kernels.py at small odd sizes.
+
+Each te definition, scheduled by ``te.auto_schedule`` and run with NaN-poisoned outputs, and
+each C version (PolyBench's loops compiled by gcc -O3 -march=native -fopenmp, when gcc is
+present) is compared with the kernel's numpy implementation run in float64.  The numpy
+implementation run in float32 (the benchmark's numpy contender) is checked the same way.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import tedsl as te
+from conftest import SEED, check_kernel, poisoned
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+import polybench_kernels as pk  # noqa: E402
+
+SMALL = {       # odd sizes, none a multiple of the vector width
+    "2mm": (13, 17, 19, 11),
+    "atax": (21, 17),
+    "bicg": (19, 23),
+    "gesummv": (27,),
+    "syrk": (19, 13),
+    "jacobi-2d": (15, 2),
+    "covariance": (23, 17),
+}
+
+
+def case(name):
+    return pk.KERNELS[name](*SMALL[name], np.random.default_rng(SEED))
+
+
+def assert_close(outs, refs):
+    for o, r in zip(outs, refs):
+        assert not np.isnan(o).any(), "some outputs were never written (still NaN)"
+        np.testing.assert_allclose(o, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_te_definition_auto_scheduled_matches_numpy(name):
+    c = case(name)
+    check_kernel(te.auto_schedule(c.outs), c.args, c.inputs, c.reference(), rtol=2e-5,
+                 atol=1e-4, name=c.symbol)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_numpy_float32_version_matches_float64(name):
+    c = case(name)
+    outs = [poisoned(sh) for sh in c.out_shapes]
+    c.numpy_runner(outs)()
+    assert_close(outs, c.reference())
+
+
+@pytest.mark.skipif(pk.gcc() is None, reason="gcc is not installed: no C column")
+@pytest.mark.parametrize("name", list(SMALL))
+def test_gcc_openmp_version_matches_numpy(name):
+    c = case(name)
+    ck = pk.CKernel(c)
+    try:
+        for o in ck.outs:
+            o[...] = np.nan
+        for nt in (1, 2):
+            ck.set_threads(nt)
+            assert_close(ck(*c.inputs), c.reference())
+    finally:
+        ck.close()
+
+
+def test_reference_is_the_polybench_semantics():
+    """The numpy implementations against plain loops for the less obvious kernels: syrk
+    keeps the upper triangle, jacobi-2d keeps both arrays' borders (B's border is read)."""
+    c = case("syrk")
+    cin, a = (x.astype(np.float64) for x in c.inputs)
+    n, m = a.shape
+    want = cin.copy()
+    for i in range(n):
+        for j in range(i + 1):
+            want[i, j] = cin[i, j] * pk.BETA + pk.ALPHA * sum(a[i, k] * a[j, k] for k in range(m))
+    np.testing.assert_allclose(c.reference()[0], want, rtol=1e-12)
+
+    c = case("jacobi-2d")
+    n, steps = SMALL["jacobi-2d"]
+    A, B = (x.astype(np.float64).copy() for x in c.inputs)
+    for _ in range(steps):
+        for dst, src in ((B, A), (A, B)):
+            new = dst.copy()
+            for i in range(1, n - 1):
+                for j in range(1, n - 1):
+                    new[i, j] = 0.2 * (src[i, j] + src[i, j - 1] + src[i, j + 1] +
+                                       src[i + 1, j] + src[i - 1, j])
+            dst[...] = new
+    np.testing.assert_allclose(c.reference()[0], A, rtol=1e-12)
