@@ -271,3 +271,54 @@ def test_candidate_without_fast_entry_is_checked_then_timed_by_its_packed_entry(
                                         fast_entry=False)
     x = rand(rng, (16,))
     assert _packed_timer(module_from_object(header, obj), [x, poisoned((16,))]) is None
+
+
+def test_a_paused_worker_answers_after_resume_and_is_not_overdue_meanwhile():
+    w = Worker(init_state, (">",), crash_task)
+    w.start()
+    try:
+        while not w.ready:
+            for x in wait([w], 0.2):
+                x.receive()
+        w.pause()
+        w.submit(0, "a")
+        assert wait([w], 0.5) == []              # stopped: no answer while paused
+        assert not w.overdue(0.0)
+        w.resume()
+        got = None
+        t0 = time.monotonic()
+        while got is None and time.monotonic() - t0 < 30:
+            for x in wait([w], 0.2):
+                got = x.receive()
+        assert got == (0, True, ">a")
+        w.pause()
+    finally:
+        w.stop()                                 # a paused child is killed too
+    assert w.proc is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_paused_worker_ends_with_its_parent():
+    code = ("import os, time, sys; sys.path.insert(0, 'tests')\n"
+            "from tedsl.tune.workers import Worker, wait\n"
+            "from test_tune_auto import init_state, crash_task\n"
+            "w = Worker(init_state, ('>',), crash_task); w.start()\n"
+            "while not w.ready:\n"
+            "    [x.receive() for x in wait([w], 0.2)]\n"
+            "w.pause(); print(w.proc.pid, flush=True); os._exit(0)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    pid = int(p.stdout.split()[-1])
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break                        # ended, not yet reaped by init
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the paused worker outlived its parent")

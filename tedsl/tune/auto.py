@@ -8,8 +8,9 @@ two of the fastest) of the best candidates measured so far, ranks the proposals 
 model trained online on every measurement (:mod:`tedsl.tune.model`) and sends the best-ranked,
 plus a share of random ones (exploration), to be measured.
 
-Candidates are scheduled, lowered and compiled to object code in builder processes (several
-at once) and measured one at a time in a measuring process (:mod:`tedsl.tune.workers`): it
+Candidates are scheduled, lowered and compiled to object code in builder processes (one per
+core) and measured one at a time in a measuring process, the builders paused meanwhile
+(:mod:`tedsl.tune.workers`): it
 loads the object code, runs it on seeded random inputs with NaN-poisoned outputs, compares with
 the reference (the outputs of the unscheduled definition, computed once), times it through its
 packed entry in short rounds and times it again when the rounds disagree and it may be the
@@ -383,7 +384,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     seed : int
         Seed of the search and of the measurement inputs.
     builders : int, optional
-        Builder processes (default: the CPU count minus one, at least one).
+        Builder processes (default: the CPU count); they are paused while a candidate is
+        timed, so that the timing has the cores to itself.
     timeout : float
         Seconds a candidate may take to run and be timed before it is failed (and its process
         killed); ``build_timeout``: the same for scheduling and compiling.
@@ -451,7 +453,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                             f"{records!r}")
 
     blob = _pickled(outs)
-    n_build = builders or max(1, (os.cpu_count() or 2) - 1)
+    n_build = builders or max(1, os.cpu_count() or 1)
     build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build)
                 for _ in range(n_build)]
     start = time.monotonic()
@@ -493,6 +495,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
 
     def settle(tid, outcome):
         """The measurer's outcome for its program: recorded for every candidate of it."""
+        for w in build_ws:
+            w.resume()
         program = measure_w.program
         programs[program] = outcome
         record(tid, *outcome, measure_w.trace)
@@ -536,6 +540,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
             if not measure_w.busy and built:
                 tid, result = built.pop(0)
                 result["best"] = best and best[0]
+                for w in build_ws:
+                    w.pause()                   # the candidate is timed on idle cores
                 measure_w.submit(tid, result)
                 measure_w.trace = result["trace"]
                 measure_w.program = result["program"]

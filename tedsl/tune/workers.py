@@ -26,6 +26,7 @@ _CHILD = ("import sys; from tedsl.tune.workers import child_main; "
 
 def child_main(fd):
     """Entry point of a worker process: read ``(init, init_args, fn)``, then serve."""
+    _die_with_parent()
     conn = mpc.Connection(fd)
     try:
         init, init_args, fn = conn.recv()
@@ -33,6 +34,19 @@ def child_main(fd):
         conn.send((None, False, _describe(err)))
         os._exit(0)
     _serve(conn, init, init_args, fn)
+
+
+def _die_with_parent():
+    """Ask Linux to kill this process when its parent ends (even while it is paused), so
+    that no worker outlives a search that was killed; elsewhere the closed socket ends it."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)          # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _serve(conn, init, init_args, fn):
@@ -83,6 +97,7 @@ class Worker:
         self.since = 0.0
         self.ready = False
         self.init_error = None
+        self.paused = 0.0          # monotonic time of the pause, 0.0 when running
 
     def start(self):
         mine, theirs = socket.socketpair()
@@ -136,8 +151,23 @@ class Worker:
         self.restart()
         return (tid, False, f"crashed: {how}") if tid is not None else None
 
+    def pause(self):
+        """Stop the child (SIGSTOP) while another process is being timed; :meth:`resume`."""
+        if self.proc is not None and self.proc.poll() is None and not self.paused:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            self.paused = time.monotonic()
+
+    def resume(self):
+        """Let a paused child run again; the pause does not count against its task's time."""
+        if self.paused:
+            if self.proc is not None and self.proc.poll() is None:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.since += time.monotonic() - self.paused
+            self.paused = 0.0
+
     def overdue(self, timeout):
-        return self.task is not None and time.monotonic() - self.since > timeout
+        return self.task is not None and not self.paused and \
+            time.monotonic() - self.since > timeout
 
     def kill(self, why):
         """Kill the child running an overdue task; ``(tid, False, why)``."""
@@ -150,9 +180,10 @@ class Worker:
         self.start()
 
     def stop(self):
+        self.paused = 0.0
         if self.proc is not None:
             if self.proc.poll() is None:
-                self.proc.kill()
+                self.proc.kill()             # SIGKILL ends a paused process too
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
