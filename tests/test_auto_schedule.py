@@ -187,6 +187,29 @@ def test_layer_norm_symbolic(rng):
         check_kernel(s, [X, g, b, Y], [x, gg, bb], ref, rtol=1e-4, atol=1e-5, mod=mod)
 
 
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_row_statistics_read_by_a_column_reduction(rng, symbolic):
+    """Row sums read by a column reduction too (as in layer_norm's backward: no row group can
+    hold them) run as rows in parallel, each row reduced in vector lanes along its contiguous
+    columns: no register tile that would gather across rows."""
+    n, d = (te.var("n"), te.var("d")) if symbolic else (40, 72)
+    X = te.placeholder((n, d), name="X")
+    k = te.reduce_axis((0, d), name="k")
+    S = te.compute((n,), lambda i: te.sum(X[i, k] * X[i, k], axis=k), name="S")
+    r = te.reduce_axis((0, n), name="r")
+    G = te.compute((d,), lambda j: te.sum(X[r, j] * S[r], axis=r), name="G")
+    Y = te.compute((n, d), lambda i, j: X[i, j] - S[i], name="Y")
+    assert sketch_space([G, Y])["S.row_reduce"] == [True, False]
+    s = auto_schedule([G, Y], params={})
+    assert "S.rf = allocate" in str(te.lower(s, [X, G, Y]))
+    mod = build(s, [X, G, Y])
+    for shape in [(40, 72)] if not symbolic else [(5, 3), (19, 70)]:
+        x = rand(rng, shape).astype(np.float64)
+        sv = (x * x).sum(1)
+        check_kernel(s, [X, G, Y], [x.astype(np.float32)],
+                     [(x * sv[:, None]).sum(0), x - sv[:, None]], rtol=1e-4, atol=1e-4, mod=mod)
+
+
 def test_max_pool(rng):
     X = te.placeholder((2, 3, 10, 10), name="X")
     Y = ops.max_pool2d(X, 2)

@@ -124,13 +124,13 @@ def maybe_parallel(stage, iv, work):
     try_(stage.parallel, iv)
 
 
-def attach_tile(stages, T, outer, work, fuse=True):
+def attach_tile(stages, T, outer, work):
     """Compute ``stages`` inside ``T`` at the innermost loop of ``outer`` (``T``'s loops
     outside the tile, outermost first) and run one of those loops in parallel.
 
-    Loops of constant extent 1 move inside the attach point (isl emits none for them).  The
-    parallel loop is the first of extent 8 or more; short loops outside it are fused into it
-    (``fuse``; the attach loop itself is never fused away).  Returns the attach loop, or None
+    Loops of constant extent 1 move inside the attach point (isl emits none for them) and the
+    loops are not fused (an attach point must be a loop of the stage as split; a fused loop
+    also hides its tiles' borders from isl's separation).  Returns the attach loop, or None
     when every loop has extent 1 (the stages stay at the root)."""
     keep = [l for l in outer if ext(T, l) != 1]
     ones = [l for l in outer if ext(T, l) == 1]
@@ -138,18 +138,12 @@ def attach_tile(stages, T, outer, work, fuse=True):
         T.reorder(*keep, *ones)
     if not keep:
         return None
-    par = next((l for l in keep if ext(T, l) is None or ext(T, l) >= 8), None)
-    if par is None:
-        par = max(keep, key=lambda l: ext(T, l))
-    n = keep.index(par)
-    if fuse and n and n + 1 < len(keep) and all(ext(T, l) is not None for l in keep[1:n + 1]):
-        # the parallel loop outermost (a parallel region inside a serial loop is entered once
-        # per iteration): the short loops outside it are fused into it
-        par = T.fuse(*keep[:n + 1])
-        keep = [par] + keep[n + 1:]
     at = keep[-1]
     for st in stages:
         st.compute_at(T, at)
+    par = next((l for l in keep if ext(T, l) is None or ext(T, l) >= 8), None)
+    if par is None:
+        par = max(keep, key=lambda l: ext(T, l))
     maybe_parallel(T, par, work)
     return at
 
@@ -205,7 +199,11 @@ class Sketch:
             if id(op) in self.done or self.g.kind(op) != "reduction" or len(op.outputs) != 1:
                 continue
             if op.axis and not self.small_data(op):
-                self.tile(op)
+                if self.strided_rows(op) and \
+                        self.k(f"{self.label[id(op)]}.row_reduce", True, [False]):
+                    self.row_reduce(op)
+                else:
+                    self.tile(op)
             else:
                 self.rfactor(op)
         self.stencils()
@@ -359,6 +357,35 @@ class Sketch:
         try_(rst.vectorize, data[0])
         return rf
 
+    def strided_rows(self, op):
+        """Per-row statistics not inside a row group (their rows are read elsewhere too): the
+        reduction walks the contiguous last index, the output axes only stride over rows and
+        no load is reused across outputs, so a register tile would gather across rows."""
+        if not self.contiguous(op):
+            return False
+        col, k = op.axis[-1].var, op.reduce_axis[-1].var
+        if any(ld.forms[-1] is None or ld.forms[-1].get(col, 0) for ld in self.g.loads(op)
+               if ld.depends(k)):
+            return False
+        return self.row_axis(op, op.axis[-1]) is None
+
+    def row_reduce(self, op):
+        """Rows in parallel blocks, each row reduced in vector lanes (``vector_rfactor``)."""
+        s = self.s
+        self.done.add(id(op))
+        rf = self.vector_rfactor(op)
+        st = s[op]
+        loops = fuse_outer(st, list(op.axis))
+        row = loops[-1]
+        e = ext(st, row)
+        if e is not None and e <= 16:
+            s[rf].compute_at(st, row)
+            maybe_parallel(st, loops[0], None)
+            return
+        ro, ri = st.split(row, factor=16)
+        s[rf].compute_at(st, ri)
+        maybe_parallel(st, loops[0] if len(loops) > 1 else ro, None)
+
     # 3 -----------------------------------------------------------------------------------------
     def small_data(self, op):
         """Too few outputs to run in parallel but a long reduction (a dot product, a norm)."""
@@ -456,7 +483,7 @@ class Sketch:
                                          mr, nr, order)
         T.reorder(*houter, *hinner)
         work = _work(op)
-        attach_tile([cs], T, houter, work, fuse=packed is None or order != "ji")
+        attach_tile([cs], T, houter, work)
         if packed is not None and order == "ji" and ext(T, hjo) != 1:
             # one panel packed per column tile, in cache, by the thread that uses it
             ps = s[packed]
