@@ -287,14 +287,16 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
     an ``mr`` x ``nr`` register tile and the reduction unrolled by ``ku``; returns
     ``(s, [A, B, C])``.
 
-    * B is packed into panels of ``nr`` columns, ``Bp[j // nr, k, j % nr]`` (a panel is one
-      contiguous ``k x nr`` block), and A into panels of ``mr`` rows, ``Ap[i // mr, k,
-      i % mr]`` (the broadcasts of one k step are adjacent; unpacked, ``mr`` rows of a
-      power-of-two stride would fall into one set of the L1 cache).
     * The loops run panel of B by panel (``j.outer`` outermost, in parallel: the panels are
-      split evenly between the threads), and inside it over all tiles of rows: the panel
-      (``k * nr * 4`` bytes) stays in the L2 cache while the A panels stream past it, where
-      the other order would stream all of B from L3 for every row tile.
+      split evenly between the threads), and inside it over all tiles of rows.
+    * Each panel of ``nr`` columns of B is packed, ``Bp[j // nr, k, j % nr]``, by the thread
+      that uses it, just before its tiles of rows run (``compute_at`` the panel loop): a
+      contiguous ``k x nr`` block (``k * nr * 4`` bytes) written into and then read from
+      that core's L2 cache while the rows of A stream past it.  Packing all of B first would
+      write it to memory and read it back, twice the traffic of B for nothing.
+    * A is read in place: the ``mr`` values broadcast per step of k come from ``mr`` rows of
+      A, each read front to back (``mr`` sequential streams the prefetchers follow).  A
+      packed copy of A costs a write and a read of all of A per call, more than it saves.
     * Each ``mr`` x ``nr`` tile is accumulated in a local cache over the whole of k
       (registers after unrolling the rows and vectorizing the columns) and written once.
     * Partial tiles (``m % mr``, ``n % nr``, ``k % ku``) run after the full ones with
@@ -307,11 +309,8 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
     Bp = te.compute(((n + nr - 1) // nr, k_, nr),
                     lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
                     name="Bp")
-    Ap = te.compute(((m + mr - 1) // mr, k_, mr),
-                    lambda x, y, z: te.if_then_else(x * mr + z < m, A[x * mr + z, y], 0.0),
-                    name="Ap")
-    C = te.compute((m, n), lambda i, j: te.sum(Ap[i // mr, k, i % mr] * Bp[j // nr, k, j % nr],
-                                               axis=k), name="C")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
+                   name="C")
     s = te.create_schedule(C)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
@@ -326,10 +325,8 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
     s[CC].vectorize(jc)
     s[C].vectorize(ji)
     s[C].parallel(jo)
-    x, _, z = s[Bp].op.axis
-    s[Bp].vectorize(z)
-    s[Bp].parallel(x)
-    s[Ap].parallel(s[Ap].op.axis[0])
+    s[Bp].compute_at(s[C], jo)
+    s[Bp].vectorize(s[Bp].op.axis[2])
     return s, [A, B, C]
 
 

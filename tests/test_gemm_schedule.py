@@ -52,7 +52,22 @@ def test_panels_of_b_outermost_in_parallel():
     nest = loop_nest(text, "C.local[i.c, j.c] = C.local[i.c, j.c] +")
     assert nest[0] == ("j.outer", "parallel", "0, 3"), nest
     assert nest[1] == ("i.outer", "range", "0, 7"), nest
-    assert "Ap[i.outer, k.outer * 4 + k.inner, i.c] * Bp[j.outer," in text, text
+    # A is read in place, B from the panel packed for this j.outer only
+    assert "A[i.outer * 14 + i.c, k.outer * 4 + k.inner] * Bp[0, k.outer * 4 + k.inner, " \
+        "j.c]" in text, text
+    assert "Ap" not in text, text
+
+
+def test_each_thread_packs_its_own_panel_of_b():
+    # the panel is packed inside the parallel loop, into a buffer of one panel (k x nr), so
+    # B is never packed whole: the packing of the full panels and of the 4-column tail
+    s, args = gemm_schedule(100, 100, 100, 14, 32, 4)
+    text = str(te.lower(s, args))
+    pack = loop_nest(text, "Bp[0, y, z] = ")
+    assert pack[0] == ("j.outer", "parallel", "0, 3"), pack
+    assert pack[-1] == ("z", "vectorized", "0, 32"), pack
+    assert text.count('Bp = allocate(float32[1, 100, 32], scope="global")') == 2, text
+    assert "B[y, j.outer * 32 + z]" in text and "B[y, z + 96]" in text, text
 
 
 @pytest.mark.skipif(not AVX512, reason="the 14 x 32 tile is the AVX-512 one")
