@@ -47,7 +47,7 @@ def test_two_threads_match_numpy(rng):
 
 
 def test_panels_of_b_outermost_in_parallel():
-    s, args = gemm_schedule(100, 100, 100, 14, 32, 4)
+    s, args = gemm_schedule(100, 100, 300, 14, 32, 4)
     text = str(te.lower(s, args))
     nest = loop_nest(text, "C.local[i.c, j.c] = C.local[i.c, j.c] +")
     assert nest[0] == ("j.outer", "parallel", "0, 3"), nest
@@ -61,13 +61,27 @@ def test_panels_of_b_outermost_in_parallel():
 def test_each_thread_packs_its_own_panel_of_b():
     # the panel is packed inside the parallel loop, into a buffer of one panel (k x nr), so
     # B is never packed whole: the packing of the full panels and of the 4-column tail
-    s, args = gemm_schedule(100, 100, 100, 14, 32, 4)
+    s, args = gemm_schedule(100, 100, 300, 14, 32, 4)
     text = str(te.lower(s, args))
     pack = loop_nest(text, "Bp[0, y, z] = ")
     assert pack[0] == ("j.outer", "parallel", "0, 3"), pack
     assert pack[-1] == ("z", "vectorized", "0, 32"), pack
-    assert text.count('Bp = allocate(float32[1, 100, 32], scope="global")') == 2, text
+    assert text.count('Bp = allocate(float32[1, 300, 32], scope="global")') == 2, text
     assert "B[y, j.outer * 32 + z]" in text and "B[y, z + 96]" in text, text
+
+
+def test_small_panels_are_packed_up_front(rng):
+    # a panel that would live on the stack (k * nr * 4 <= 32 KB): all of B is packed first,
+    # in parallel, and the tiles read their panel of it; 127 has a 31-column masked tail
+    n = 127
+    s, args = gemm_schedule(n, n, n, 14, 32, 4)
+    text = str(te.lower(s, args))
+    assert 'Bp = allocate(float32[4, 127, 32], scope="global")' in text, text
+    assert loop_nest(text, "Bp[x, y, z] = ")[0] == ("x", "parallel", "0, 4"), text
+    assert "Bp[j.outer, k.outer * 4 + k.inner, j.c]" in text, text
+    assert "Bp[3, k.outer * 4 + k.inner, j.c]" in text, text          # the tail's panel
+    a, b = rand(rng, (n, n)), rand(rng, (n, n))
+    check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
 
 
 @pytest.mark.skipif(not AVX512, reason="the 14 x 32 tile is the AVX-512 one")
