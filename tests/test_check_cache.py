@@ -153,3 +153,35 @@ def test_remembered_dataflow_equals_a_fresh_one():
         [(d.kind, d.tensor, d.source.name, d.sink.name) for d in cold]
     assert all(a.relation.is_equal(b.relation) for a, b in zip(warm, cold))
     assert any(d.kind == "RAW" and d.tensor == "C" for d in cold)
+
+
+def test_a_loop_check_analyses_only_the_tensors_written_inside_it(monkeypatch, rng):
+    """A dependence carried by a loop has a write inside it, so the check of a vectorized
+    consumer never computes the dataflow of a producer computed at the root."""
+    A = te.placeholder((64, 64), "float32", name="A")
+    P = te.compute((64, 64), lambda i, j: A[i, j] * 2.0, name="P")
+    C = te.compute((64, 64), lambda i, j: P[i, j] + P[i, 63 - j], name="C")
+    s = te.create_schedule(C)
+    _, xi = s[C].split(C.op.axis[1], factor=16)
+    seen = []
+    flows = _deps.tensor_flows
+
+    def spy(reads, writes, sched):
+        seen.append(str(writes))
+        return flows(reads, writes, sched)
+    monkeypatch.setattr(_deps, "tensor_flows", spy)
+    _deps.clear_caches()
+    s[C].vectorize(xi)
+    assert seen and all("T_C" in w and "T_P" not in w for w in seen)
+    f = te.build(s, [A, C])
+    a = rng.uniform(0.5, 1.5, (64, 64)).astype("float32")
+    out = np.full((64, 64), np.nan, "float32")
+    f(a, out)
+    np.testing.assert_allclose(out, 2.0 * (a + a[:, ::-1]), rtol=1e-6)
+    # a producer written inside the vectorized loop is analysed (and its refusal kept)
+    s = te.create_schedule(C)
+    xo, xi = s[C].split(C.op.axis[1], factor=16)
+    s[P].compute_at(s[C], xi)
+    seen.clear()
+    s[C].vectorize(xi)
+    assert any("T_P" in w for w in seen)

@@ -278,28 +278,43 @@ class Analysis:
             um = m if um is None else um.union(m)
         return um
 
-    def dependences(self):
-        if self._deps is not None:
-            return self._deps
-        for a in self.accesses:
-            self.tnames.name(a.tensor)
+    def dependences(self, only=None):
+        """Every dependence, tensor by tensor; with ``only(tensor isl name) -> bool``, those of
+        the tensors it accepts (the others' dataflow is not computed)."""
+        self._name_tensors()
         out = []
         for tn in list(self.tnames.tensors):
-            reads, writes = self._umap("read", tn), self._umap("write", tn)
-            if writes is None:
+            if only is not None and not only(tn):
                 continue
-            sched = self._order_of(tn)
-            tname = self.tnames.tensors[tn].name
-            for kind, um in tensor_flows(reads, writes, sched):
-                maps = []
-                um.foreach_map(maps.append)
-                for m in maps:
-                    if m.is_empty():
-                        continue
-                    src = self.program.by_name[m.get_tuple_name(isl.dim_type.in_)]
-                    dst = self.program.by_name[m.get_tuple_name(isl.dim_type.out)]
-                    out.append(Dependence(kind, tname, src, dst, m, self, tn))
-        self._deps = out
+            if tn not in self._deps:
+                self._deps[tn] = self._tensor_dependences(tn)
+            out += self._deps[tn]
+        return out
+
+    def _name_tensors(self):
+        """Name every tensor in the order of the accesses (isl names and the order of the
+        dependences do not depend on which question came first)."""
+        if self._deps is None:
+            for a in self.accesses:
+                self.tnames.name(a.tensor)
+            self._deps = {}         # tensor isl name -> its dependences, once computed
+
+    def _tensor_dependences(self, tn):
+        reads, writes = self._umap("read", tn), self._umap("write", tn)
+        if writes is None:
+            return []
+        sched = self._order_of(tn)
+        tname = self.tnames.tensors[tn].name
+        out = []
+        for kind, um in tensor_flows(reads, writes, sched):
+            maps = []
+            um.foreach_map(maps.append)
+            for m in maps:
+                if m.is_empty():
+                    continue
+                src = self.program.by_name[m.get_tuple_name(isl.dim_type.in_)]
+                dst = self.program.by_name[m.get_tuple_name(isl.dim_type.out)]
+                out.append(Dependence(kind, tname, src, dst, m, self, tn))
         return out
 
     def _order_of(self, tensor_name):
@@ -346,11 +361,16 @@ class Analysis:
 
     def carried(self, stage, iv):
         """Dependences carried by loop ``iv``: source and sink share the loops above it and
-        run in different iterations of it."""
+        run in different iterations of it.  Every such dependence has a write inside the loop
+        (RAW, WAR and WAW alike), so only the tensors written inside it are analysed, each
+        with all of its accesses (a write outside the loop still kills flows)."""
         width = self.program.sched_width()
         iv = self._alias(iv)
+        self._name_tensors()
+        written = {self.tnames.name(a.tensor) for a in self.accesses
+                   if a.kind == "write" and _positions(a.stmt, iv)}
         out = []
-        for dep in self.dependences():
+        for dep in self.dependences(written.__contains__):
             ds = _positions(dep.source, iv)
             if not ds or _positions(dep.sink, iv) != ds:
                 continue
