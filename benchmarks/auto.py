@@ -15,6 +15,7 @@ Run: ``python benchmarks/auto.py [--quick] [--search] [case ...]``; writes the `
 of RESULTS.md.
 """
 import argparse
+import os
 import time
 
 import numpy as np
@@ -258,6 +259,16 @@ def tedsl_contender_mod(fn):
     return mod.set_num_threads if mod is not None else None
 
 
+def load_note():
+    """The machine's load during the run (one-minute average): above its core count the
+    timings share cores with other work and are noisy."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    return f" Load average {load:.1f} on {os.cpu_count()} cores at the end of the run."
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("cases", nargs="*", help=f"cases (default all): {', '.join(CASES)}")
@@ -295,7 +306,7 @@ def main(argv=None):
             "the stencil.  The `search` column is filled by `--search` "
             f"(`tedsl.tune.auto`, {SEARCH_SECONDS} s per case).  `auto vs best peer` is the "
             "best peer's time over auto's (above 1: tedsl is faster).  `hand GEMM` is the "
-            "schedule of benchmarks/gemm.py.")
+            "schedule of benchmarks/gemm.py." + load_note())
     if not opts.no_write:
         write_results("auto", "## Auto-scheduling (no search)\n\n" + table + "\n\n" + note)
     print(table)

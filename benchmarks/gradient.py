@@ -30,6 +30,7 @@ import sys
 
 import numpy as np
 
+from auto import load_note
 from common import interleaved, machine_description, markdown_table, write_results
 
 import tedsl as te
@@ -239,7 +240,8 @@ def main(rounds=ROUNDS):
             f"matched. 'vs PyTorch' > 1 means tedsl is faster. Gradients checked against a "
             f"float64 PyTorch reference (max relative error {max(errs.values()):.1e}). "
             f"Zero-search schedules only (auto_schedule, parallel + vectorize, or fixed)." +
-            "".join(f" {c} {w} does not build: {m}." for (c, w), m in failed.items()))
+            "".join(f" {c} {w} does not build: {m}." for (c, w), m in failed.items()) +
+            load_note())
     print(machine_description())
     print(table)
     print(note)

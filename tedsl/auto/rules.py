@@ -2,7 +2,9 @@
 
 1. ``inline``: injective stages that are not outputs are substituted into their consumers,
    except a packed layout copy read by a reduction, an expensive stage (a transcendental call)
-   read by several stages, and a stencil producer (knob ``<stage>.inline`` flips each).
+   read by several stages, a stencil producer, and a producer that a reduction reads through
+   a sliding window (a convolution's padded input: each element is read by every tap and
+   filter) (knob ``<stage>.inline`` flips each).
 2. ``rows``: an injective output whose row statistics are reductions over its trailing axis
    (softmax, layer_norm) computes them, and the expensive stages between, inside its parallel
    row loop; a statistic over a contiguous axis is vectorized by ``rfactor`` over the lanes.
@@ -11,7 +13,13 @@
    the contiguous last axis, vectorized) accumulated via ``cache_write`` (or inside its
    elementwise consumer, fused: bias, activation), the innermost reduction loop split and
    unrolled, the reused operand packed into panels when its stride along the columns hurts,
-   and the tile loops in the order the footprint model prefers, one of them parallel.
+   and the tile loops in the order the footprint model prefers, one of them parallel.  When
+   the last axis is short and no whole number of vectors (a convolution's output rows) the
+   columns run along another axis of whole vectors that the reused operand indexes plainly
+   (output channels: weights packed into channel panels), the accumulators laid out with
+   that axis last (knob ``<stage>.vector_axis``).  Per-row statistics that no row group holds
+   (read by a column reduction too, as in layer_norm's backward) run as rows in parallel,
+   each row reduced in vector lanes (knob ``<stage>.row_reduce``).
 4. ``rfactor``: a reduction to a scalar (or to too few outputs to run in parallel) is split
    and factored so that its chunks run in parallel.
 5. ``stencil``: a kept stencil producer is computed per row tile of its consumer.
