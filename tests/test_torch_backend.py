@@ -135,6 +135,86 @@ def test_fusion_one_kernel_for_relu_add_mm():
     assert B.STATS["kernels"] == 1 and B._LAST[-1].kernel_steps == 1, tt.summary()
 
 
+def _kernels(prog):
+    return [s for s in prog.steps if isinstance(s, B._KernelStep)]
+
+
+def test_residual_epilogue_runs_in_the_products_shape():
+    """x + linear(x) on a (b, t, d) input: the add moves inside the reshape AOTAutograd puts
+    after addmm, so it is the product's epilogue on the flat (b*t, d) matrix (no stored
+    product, no 3-D index map) and the reshapes are views."""
+    lin = nn.Linear(8, 8)
+    x = rand(2, 3, 8)
+    with torch.no_grad():
+        check(lambda x: x + lin(x) * 0.5, x)
+        got = compiled(lambda x: F.gelu(lin(x)) - x)(x)
+        np.testing.assert_allclose(got.numpy(), (F.gelu(lin(x)) - x).numpy(), atol=1e-5)
+    B.reset_stats()
+    with torch.no_grad():
+        got, want = compiled(lambda x: x + lin(x))(x), x + lin(x)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+    (k,) = _kernels(B._LAST[-1])
+    sig = k.kernel.mod.signature["params"]
+    assert sig[-1]["shape"] == [6, 8] and [6, 8] in [p["shape"] for p in sig[:-1]], sig
+    src = k.kernel.mod.get_source("lowered")
+    assert 'float32[6, 8], scope="global"' not in src, "the product is stored before the add"
+    assert not any(isinstance(s, B._EagerStep) for s in B._LAST[-1].steps)
+
+
+def test_bmm_reads_a_stored_value_without_copying_it():
+    """softmax(q k^T) v: the no-op expand before the second bmm is dropped, so its operand is
+    a view of the stored softmax instead of a copy made inside the kernel."""
+    q, k, v = rand(2, 3, 4, 5), rand(2, 3, 4, 5) * 0.5, rand(2, 3, 4, 5)
+
+    def f(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+    check(f, q, k, v)
+    for step in _kernels(B._LAST[-1]):
+        src = step.kernel.mod.get_source("lowered")
+        assert "float32[6, 4, 4], scope=\"global\"" not in src, src
+
+
+def test_kept_buffers_never_reach_the_caller():
+    """Intermediate values are written into buffers kept between calls; outputs, values an
+    eager op reads and views of them are always fresh, and a concurrent call allocates."""
+    import threading
+    lin1, lin2 = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def f(x):
+        h = F.gelu(lin1(x))
+        y = lin2(h) + x
+        return y, torch.cumsum(h, -1)            # cumsum runs eagerly on h
+    xs = [rand(2, 3, 8) * (k + 1) for k in range(4)]
+    with torch.no_grad():
+        cf = compiled(f)
+        first = cf(xs[0])
+        prog = B._LAST[-1]
+        kept = [s for s in _kernels(prog) if s.keep]
+        assert kept, "no intermediate value is kept"
+        bufs = [s.buf for s in kept]
+        outs = [cf(x) for x in xs[1:]]
+        assert all(s.buf is b for s, b in zip(kept, bufs))       # reused, not reallocated
+        for x, got in zip(xs, [first] + outs):                    # earlier results intact
+            for g, w in zip(got, f(x)):
+                np.testing.assert_allclose(g.numpy(), w.numpy(), atol=1e-5)
+        for got in [first] + outs:
+            for g in got:
+                assert not any(np.shares_memory(g.numpy(), b) for b in bufs)
+        results = [None] * 4
+
+        def run(k):
+            for _ in range(20):
+                results[k] = cf(xs[k])
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for x, got in zip(xs, results):
+            for g, w in zip(got, f(x)):
+                np.testing.assert_allclose(g.numpy(), w.numpy(), atol=1e-5)
+
+
 def test_unsupported_op_falls_back_and_is_logged(caplog):
     def f(x):
         y = torch.relu(x) * 2.0

@@ -19,6 +19,7 @@ compiled by :func:`compile_graph`:
 """
 import collections
 import logging
+import threading
 import time
 
 import numpy as np
@@ -27,7 +28,7 @@ import torch
 import tedsl as te
 from tedsl.ir import expr as E
 
-from . import fusion
+from . import fusion, rewrite
 from .values import Symbols, store_copy, sym_key
 
 log = logging.getLogger("tedsl.torch")
@@ -200,11 +201,12 @@ def _as_numpy(t):
 class Values:
     """The values of one call: PyTorch tensors and numpy views of the same memory, each made
     from the other when first asked for (kernels pass numpy arrays between them; tensors are
-    made only for eager ops and outputs)."""
-    __slots__ = ("t", "a")
+    made only for eager ops and outputs).  ``pool``: whether kernels may write the values
+    no tensor is made of into the buffers their step keeps from the last call."""
+    __slots__ = ("t", "a", "pool")
 
-    def __init__(self, n):
-        self.t, self.a = [None] * n, [None] * n
+    def __init__(self, n, pool=False):
+        self.t, self.a, self.pool = [None] * n, [None] * n, pool
 
     def array(self, s):
         a = self.a[s]
@@ -227,21 +229,45 @@ class Program:
         self.steps, self.outputs, self.sym_binds = steps, outputs, sym_binds
         self.kernel_steps = sum(1 for s in steps if isinstance(s, _KernelStep))
         self.eager_ops = []
+        self._lock = threading.Lock()
+        self.keep_buffers()
 
     def __call__(self, *args):
-        env = Values(self.n_slots)
-        t = env.t
-        for s, a in zip(self.input_slots, args):
-            t[s] = a
-        syms = None
-        if self.sym_binds:
-            syms = {}
-            for slot, dim, name in self.sym_binds:
-                v = t[slot]
-                syms[name] = int(v) if dim is None else int(v.shape[dim])
-        for step in self.steps:
-            step(env, syms)
-        return tuple(env.tensor(o) if isinstance(o, int) else o[1] for o in self.outputs)
+        # one call at a time uses the kept buffers: another thread's call (or a call made
+        # from inside this one) allocates its own
+        pool = self._lock.acquire(blocking=False)
+        try:
+            env = Values(self.n_slots, pool)
+            t = env.t
+            for s, a in zip(self.input_slots, args):
+                t[s] = a
+            syms = None
+            if self.sym_binds:
+                syms = {}
+                for slot, dim, name in self.sym_binds:
+                    v = t[slot]
+                    syms[name] = int(v) if dim is None else int(v.shape[dim])
+            for step in self.steps:
+                step(env, syms)
+            return tuple(env.tensor(o) if isinstance(o, int) else o[1] for o in self.outputs)
+        finally:
+            if pool:
+                self._lock.release()
+
+    def keep_buffers(self):
+        """Let each kernel step keep its output buffer between calls where no tensor is ever
+        made of the value (not an output, not read by an eager op, not behind a view that
+        is): allocating fresh ~MB arrays on every call costs a page fault per 4 KiB."""
+        escapes = {o for o in self.outputs if isinstance(o, int)}
+        for s in self.steps:
+            if isinstance(s, _EagerStep):
+                escapes.update(_slots_in((s.args, list(s.kwargs.values()))))
+        for s in reversed(self.steps):
+            if isinstance(s, _ReshapeStep) and s.out in escapes:
+                escapes.add(s.src)
+        for s in self.steps:
+            if isinstance(s, _KernelStep):
+                s.keep = s.out not in escapes
 
 
 NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64,
@@ -249,12 +275,14 @@ NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: 
 
 
 class _KernelStep:
-    __slots__ = ("kernel", "ins", "zero_d", "out", "shape", "dtype", "out0d", "name")
+    __slots__ = ("kernel", "ins", "zero_d", "out", "shape", "dtype", "out0d", "name", "keep",
+                 "buf")
 
     def __init__(self, kernel, ins, zero_d, out, shape, dtype, name):
         self.kernel, self.ins, self.zero_d, self.out = kernel, ins, zero_d, out
         self.shape, self.dtype, self.name = shape, NP_DTYPES[dtype], name
         self.out0d = isinstance(shape, tuple) and len(shape) == 0
+        self.keep, self.buf = False, None     # see Program.keep_buffers
 
     def __call__(self, env, syms):
         arrs = []
@@ -264,7 +292,12 @@ class _KernelStep:
         shape = self.shape
         if not isinstance(shape, tuple):
             shape = shape(syms)
-        o = np.empty(shape, self.dtype)
+        if self.keep and env.pool:
+            o = self.buf
+            if o is None or o.shape != shape:
+                o = self.buf = np.empty(shape, self.dtype)
+        else:
+            o = np.empty(shape, self.dtype)
         arrs.append(o.reshape(1) if self.out0d else o)
         for v in self.kernel.scalar_vars:
             arrs.append(syms[v])
@@ -305,6 +338,14 @@ class _Slot:
 
     def __init__(self, i):
         self.i = i
+
+
+def _slots_in(a):
+    if isinstance(a, _Slot):
+        return [a.i]
+    if isinstance(a, (list, tuple)):
+        return [i for x in a for i in _slots_in(x)]
+    return []
 
 
 def _slot_tree(a, slot_of):
@@ -350,6 +391,7 @@ def _shape_fn(val):
 def compile_graph(gm, example_inputs=None, graph_name="graph"):
     """Compile an aten FX graph into a callable :class:`Program` (see the module docstring)."""
     t0 = time.perf_counter()
+    rewrite.sink_reshapes(gm)      # epilogues in the shape of the product they follow
     graph = gm.graph
     te_nodes, reasons = fusion.classify(graph)
     stored, eager_views, members = fusion.plan(graph, te_nodes)
@@ -437,7 +479,11 @@ def compile_graph(gm, example_inputs=None, graph_name="graph"):
                         sym_binds.append((slot_of[n], d, dim.node.expr.name))
         elif n.op == "call_function":
             if n in eager and n.target in fusion.RESHAPES and all(
-                    u.op == "call_function" and u not in eager for u in n.users):
+                    u.op == "call_function" and u not in eager or
+                    u.op == "output" and kernel_of.get(n.args[0], (None,))[0] is not None
+                    for u in n.users):
+                # a numpy reshape (an output's tensor is made from it): an aten.view call
+                # costs tens of microseconds after the kernels have run
                 steps.append(_ReshapeStep(n, slot_of))
             elif n in eager:
                 steps.append(_EagerStep(n, slot_of))
