@@ -2,10 +2,11 @@
 
 The schedule is ``tedsl.cli.gemm_schedule`` (``gemm_template`` at its default knobs) with the
 register tile ``tedsl.cli.gemm_tile()`` detects for this CPU (14×32 with 32 zmm registers,
-6×16 with 16 ymm): A and B packed into panels, B panel by B panel in parallel (one panel stays
-in L2 while the A panels stream past it), the tile accumulated in registers (unrolled rows,
-vectorized columns), k unrolled by 4.  ``build_best(n)`` returns the built module (arguments
-A, B, C) so that other tools can measure it.  ``FmaPeak`` measures the machine's float32
+6×16 with 16 ymm): B panel by B panel in parallel, each panel packed by its thread just before
+use (it stays in that core's L2 while the rows of A, read in place, stream past it), the tile
+accumulated in registers (unrolled rows, vectorized columns), k unrolled by 4.
+``build_best(n)`` returns the built module (arguments A, B, C) so that other tools can
+measure it.  ``FmaPeak`` measures the machine's float32
 FMA peak (independent FMA chains in registers; the fastest of many short runs).
 
 The sweep covers sizes that are multiples of the tile and sizes that are not (127, 255, 257,
@@ -14,10 +15,13 @@ so an odd size should keep about the speed of the nearest multiple of the tile. 
 timed interleaved with numpy (medians of rounds, a pause between contenders for the other
 library's threads to settle).
 
-Run: ``python benchmarks/gemm.py [--quick] [n ...]``; writes the ``gemm`` section of RESULTS.md
-and, when matplotlib is installed, ``gemm_sweep.png`` (GFLOP/s against n).
+Run: ``python benchmarks/gemm.py [--quick] [--sizes N ...] [--no-rect] [--threads T ...]``
+(``--sizes`` or bare numbers: only those square sizes, for quick runs); writes the ``gemm``
+section of RESULTS.md and, when matplotlib is installed, ``gemm_sweep.png`` (GFLOP/s against
+n).
 """
 import argparse
+import os
 import time
 
 import numpy as np
@@ -78,8 +82,27 @@ def measure(shape, rounds, threads):
     times = interleaved({"tedsl": (f.set_num_threads, lambda: f(a, b, c)),
                          "numpy": (set_blas, lambda: np.dot(a, b, out=c))}, rounds, threads)
     flops = 2.0 * m * n * k
+    cpu = _cpu_times(f, set_blas, lambda: f(a, b, c), lambda: np.dot(a, b, out=c), rounds) \
+        if 1 in threads else {}
     return {"shape": shape, "build": build_s, "err": err,
-            "gflops": {key: flops / t / 1e9 for key, t in times.items()}}
+            "gflops": {key: flops / t / 1e9 for key, t in times.items()},
+            "cpu_gflops": {key: flops / t / 1e9 for key, t in cpu.items()}}
+
+
+def _cpu_times(f, set_blas, run_tedsl, run_numpy, rounds, calls=3):
+    """1 thread, timed by the CPU time of the calling thread (both libraries compute in it
+    at 1 thread), which leaves out the time other processes hold the core; the fastest call
+    of interleaved rounds.  On a loaded machine it is the steadier of the two figures."""
+    f.set_num_threads(1)
+    set_blas(1)
+    best = {"tedsl": float("inf"), "numpy": float("inf")}
+    for _ in range(rounds):
+        for name, fn in (("tedsl", run_tedsl), ("numpy", run_numpy)):
+            for _ in range(calls):
+                t = time.thread_time()
+                fn()
+                best[name] = min(best[name], time.thread_time() - t)
+    return best
 
 
 class FmaPeak:
@@ -171,12 +194,14 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
             vs_al = ""
             if ref is not None and (ref, ref, ref) in results:
                 vs_al = f"{g / results[(ref, ref, ref)]['gflops'][('tedsl', nt)]:.2f}× ({ref})"
+            cpu = r["cpu_gflops"]
+            cpu_ratio = f"{cpu['tedsl'] / cpu['numpy']:.2f}×" if nt == 1 and cpu else ""
             rows.append([f"{n}" if square else f"{m}×{n}×{k}", nt, f"{g:.1f}", f"{gn:.1f}",
-                         f"{g / gn:.2f}×", vs_al, f"{100 * g / peak[nt]:.0f}%",
+                         f"{g / gn:.2f}×", cpu_ratio, vs_al, f"{100 * g / peak[nt]:.0f}%",
                          f"{r['build']:.2f}"])
     table = markdown_table(["n (or M×N×K)", "threads", "tedsl GFLOP/s", "numpy GFLOP/s",
-                            "tedsl vs numpy", "vs nearest tile multiple", "of FMA peak",
-                            "build s"], rows)
+                            "tedsl vs numpy", "same, thread CPU time", "vs nearest tile multiple",
+                            "of FMA peak", "build s"], rows)
     series = {}
     for shape, r in results.items():
         if shape[0] == shape[1] == shape[2]:
@@ -188,17 +213,21 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
                     "GEMM: tedsl (benchmark schedule) vs numpy")
     note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each, 0.15 s pause "
             f"before each contender); numpy's OpenBLAS thread count set to match. Schedule "
-            f"(tile detected from the SIMD width and register count): A and B packed into "
-            f"panels, {MR}×{NR} register tile, k unrolled by {KU}, B panels in parallel; full "
-            f"tiles separated from the partial ones, odd column tails as masked whole "
-            f"registers. 'of FMA peak': against `FmaPeak`, the fastest of 90 short runs of 24 "
+            f"(tile detected from the SIMD width and register count): {MR}×{NR} register "
+            f"tile, k unrolled by {KU}, panels of {NR} columns of B in parallel, each packed "
+            f"by its thread just before its tiles run (all of B up front when a panel is at "
+            f"most 32 KB), A read in place; full tiles separated from the partial ones, odd "
+            f"column tails as masked whole registers. 'same, thread CPU time': the 1-thread "
+            f"ratio timed by the CPU time of the calling thread (fastest call of the rounds), "
+            f"which leaves out the time other processes hold the core. "
+            f"'of FMA peak': against `FmaPeak`, the fastest of 90 short runs of 24 "
             f"independent vector FMA chains per thread in registers: "
             + ", ".join(f"{peak[nt]:.0f} GFLOP/s with {nt} thread{'s' if nt > 1 else ''}"
                         for nt in threads) +
             f". 'vs nearest tile multiple': "
             f"tedsl's rate against the nearest size of the sweep that is a multiple of {TILE}. "
-            f"Build s: lower + compile. Every result checked against float64 numpy "
-            f"(max relative error {max(r['err'] for r in results.values()):.1e}).")
+            f"Build s: lower + compile (kernel cache off). Every result checked against "
+            f"float64 numpy (max relative error {max(r['err'] for r in results.values()):.1e}).")
     plot = f"\n\n![GFLOP/s against n]({png.name})" if png is not None else \
         "\n\n(plot skipped: matplotlib is not installed)"
     print(machine_description())
@@ -211,7 +240,14 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", nargs="*", type=int, help="square sizes (default: the sweep)")
+    ap.add_argument("--sizes", dest="more", nargs="+", type=int, default=[],
+                    help="square sizes (the same as bare numbers)")
     ap.add_argument("--quick", action="store_true", help=f"only n in {QUICK}, 3 rounds")
+    ap.add_argument("--no-rect", action="store_true",
+                    help=f"leave out the rectangular shapes {RECT}")
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--rounds", type=int, default=None)
     opts = ap.parse_args()
-    main(opts.sizes or None, opts.quick, opts.rounds)
+    os.environ.setdefault("TEDSL_CACHE", "0")      # build times of real builds, not cache hits
+    main(opts.sizes + opts.more or None, opts.quick, opts.rounds, tuple(opts.threads),
+         not opts.no_rect)
