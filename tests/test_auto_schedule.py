@@ -386,3 +386,15 @@ def test_random_knob_combinations_dense_bias_relu(rng):
     for params in combos:
         s = auto_schedule(Y, params=params)
         check_kernel(s, [X, W, bias, Y], [x, w, b], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_register_tile_leaves_registers_for_a_windows_broadcasts():
+    """A tile whose rows broadcast the scalars of a sliding window (a convolution vectorized
+    along its channels, the window unrolled) keeps them live too: its accumulators get about
+    half of the register file (spills otherwise); a plain product keeps the whole file."""
+    from tedsl.auto import model
+    from tedsl.auto.machine import Machine
+    m = Machine(48 << 10, 2 << 20, 32 << 20, 512, 2)
+    assert model.register_tile(m, 16, 56, 64) == (14, 32)                       # 28 vectors
+    assert model.register_tile(m, 16, 56, 64, broadcasts=True) == (8, 32)       # 16 vectors
+    assert model.register_tile(m, 16, 14, 64, broadcasts=True) == (7, 32)       # no tail
