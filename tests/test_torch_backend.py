@@ -161,6 +161,17 @@ def test_residual_epilogue_runs_in_the_products_shape():
     assert not any(isinstance(s, B._EagerStep) for s in B._LAST[-1].steps)
 
 
+def test_costly_epilogue_fused_into_a_product_not_a_convolution():
+    """gelu(linear(x)) is one kernel (the product's vectorized tile epilogue evaluates it);
+    a convolution followed by gelu stays two kernels."""
+    lin, conv = nn.Linear(8, 12), nn.Conv2d(2, 3, 3, padding=1)
+    x, img = rand(5, 8), rand(1, 2, 6, 6)
+    check(lambda x: F.gelu(lin(x)), x)
+    assert B._LAST[-1].kernel_steps == 1, tt.summary()
+    check(lambda x: F.gelu(conv(x)), img)
+    assert B._LAST[-1].kernel_steps == 2, tt.summary()
+
+
 def test_bmm_reads_a_stored_value_without_copying_it():
     """softmax(q k^T) v: the no-op expand before the second bmm is dropped, so its operand is
     a view of the stored softmax instead of a copy made inside the kernel."""
@@ -181,7 +192,7 @@ def test_kept_buffers_never_reach_the_caller():
     lin1, lin2 = nn.Linear(8, 16), nn.Linear(16, 8)
 
     def f(x):
-        h = F.gelu(lin1(x))
+        h = torch.softmax(lin1(x), -1)          # the product is kept, h is not
         y = lin2(h) + x
         return y, torch.cumsum(h, -1)            # cumsum runs eagerly on h
     xs = [rand(2, 3, 8) * (k + 1) for k in range(4)]

@@ -29,12 +29,17 @@ RESHAPES = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
 
 
 _A = torch.ops.aten
-# elementwise ops that cost many instructions per element: a matmul or convolution is not
-# fused into a kernel that evaluates them (its register tile would run them per element
-# without the vector code the stand-alone elementwise kernel gets)
+# elementwise ops that cost many instructions per element: a convolution is not fused into a
+# kernel that evaluates them (its register tile would run them per element without the
+# vector code the stand-alone elementwise kernel gets)
 COSTLY = {_A.gelu.default, _A.silu.default, _A.sigmoid.default, _A.tanh.default,
           _A.exp.default, _A.log.default, _A.erf.default, _A.pow.Tensor_Tensor,
           _A.pow.Scalar, _A.sin.default, _A.cos.default}
+
+# matrix products: their schedules write each register tile through a vectorized epilogue
+# loop, where a costly op runs on whole vectors (GELU after the MLP's first product: one
+# pass over its output instead of two)
+PRODUCTS = {_A.mm.default, _A.addmm.default, _A.bmm.default}
 
 
 class TeNode:
@@ -273,7 +278,7 @@ def plan(graph, te_nodes):
             if not store:
                 (g,) = gs
                 store = reductions[g] > 0
-            if not store and tn.kind == "heavy":
+            if not store and tn.kind == "heavy" and n.target not in PRODUCTS:
                 (g,) = gs
                 store = costly[g]      # a costly epilogue is cheaper outside the tile
         if store:
