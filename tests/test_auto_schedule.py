@@ -144,6 +144,18 @@ def test_conv2d_channel_vectors_every_knob_value_and_replay(rng):
     assert str(te.lower(s2, [X2, W2, b2, Y2])) == str(te.lower(s, [X, Wt, bias, Y]))
 
 
+def test_product_columns_stay_the_vector_axis():
+    """A plain product 40 columns wide keeps its columns as the vector axis (two vectors and a
+    tail beat channels-as-vectors there); 12 columns, under one vector, move to the rows."""
+    A, B, C = gemm(64, 40, 24)
+    assert "C.vector_axis" not in sketch_space(C)
+    from tedsl.auto.machine import machine
+    from tedsl.codegen.target import parse
+    if 12 % machine(parse("llvm")).lanes("float32"):
+        A, B, C = gemm(64, 12, 24)
+        assert sketch_space(C)["C.vector_axis"] == ["i", "last"]
+
+
 def test_cache_write_as_refusals():
     from tedsl.auto.pack import cache_write_as
     A, B, C = gemm(8, 8, 8)

@@ -524,10 +524,14 @@ class Sketch:
         When the last axis is short and not a whole number of vectors (the 7, 14, 28 or 56
         columns of a convolution's output rows) its vectors are narrow or masked; an axis of
         whole vectors that the reused operands index plainly (output channels: ``W[f, ...]``,
-        packed into panels) makes full vectors, the other operands broadcast."""
+        packed into panels) makes full vectors, the other operands broadcast.  A last axis of
+        two vectors or more moves only when it slides over a window (``x + rx``): the columns
+        of a plain product (a GEMM 40 wide) run faster as they are."""
         e_last = ext_of(op.axis[-1])
         if e_last is None or e_last % lanes == 0 or e_last >= 8 * lanes:
             return None
+        if e_last >= 2 * lanes and not self.window(op, op.axis[-1]):
+            return None     # a product's columns: whole vectors and one tail (measured faster)
         best = None
         for a in op.axis[:-1]:
             e = ext_of(a)
