@@ -194,14 +194,20 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
             vs_al = ""
             if ref is not None and (ref, ref, ref) in results:
                 vs_al = f"{g / results[(ref, ref, ref)]['gflops'][('tedsl', nt)]:.2f}× ({ref})"
-            cpu = r["cpu_gflops"]
-            cpu_ratio = f"{cpu['tedsl'] / cpu['numpy']:.2f}×" if nt == 1 and cpu else ""
+            cpu = r["cpu_gflops"] if nt == 1 else {}
+            cpu_cols = ["", "", ""]
+            if cpu:
+                cpu_cols[:2] = [f"{cpu['tedsl']:.1f}", f"{cpu['tedsl'] / cpu['numpy']:.2f}×"]
+                if ref is not None and (ref, ref, ref) in results:
+                    cpu_al = results[(ref, ref, ref)]["cpu_gflops"]["tedsl"]
+                    cpu_cols[2] = f"{cpu['tedsl'] / cpu_al:.2f}× ({ref})"
             rows.append([f"{n}" if square else f"{m}×{n}×{k}", nt, f"{g:.1f}", f"{gn:.1f}",
-                         f"{g / gn:.2f}×", cpu_ratio, vs_al, f"{100 * g / peak[nt]:.0f}%",
+                         f"{g / gn:.2f}×", vs_al, *cpu_cols, f"{100 * g / peak[nt]:.0f}%",
                          f"{r['build']:.2f}"])
     table = markdown_table(["n (or M×N×K)", "threads", "tedsl GFLOP/s", "numpy GFLOP/s",
-                            "tedsl vs numpy", "same, thread CPU time", "vs nearest tile multiple",
-                            "of FMA peak", "build s"], rows)
+                            "tedsl vs numpy", "vs nearest tile multiple",
+                            "CPU time: tedsl GFLOP/s", "CPU time: vs numpy",
+                            "CPU time: vs tile multiple", "of FMA peak", "build s"], rows)
     series = {}
     for shape, r in results.items():
         if shape[0] == shape[1] == shape[2]:
@@ -217,9 +223,10 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
             f"tile, k unrolled by {KU}, panels of {NR} columns of B in parallel, each packed "
             f"by its thread just before its tiles run (all of B up front when a panel is at "
             f"most 32 KB), A read in place; full tiles separated from the partial ones, odd "
-            f"column tails as masked whole registers. 'same, thread CPU time': the 1-thread "
-            f"ratio timed by the CPU time of the calling thread (fastest call of the rounds), "
-            f"which leaves out the time other processes hold the core. "
+            f"column tails as masked whole registers. 'CPU time' columns (1 thread): timed by "
+            f"the CPU time of the calling thread (the fastest call of the rounds), which "
+            f"leaves out the time other processes hold the core. Load average at the end: "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores. "
             f"'of FMA peak': against `FmaPeak`, the fastest of 90 short runs of 24 "
             f"independent vector FMA chains per thread in registers: "
             + ", ".join(f"{peak[nt]:.0f} GFLOP/s with {nt} thread{'s' if nt > 1 else ''}"

@@ -14,8 +14,8 @@ scheduling decision at a time:
 6. **write cache**: accumulate each block in a small local buffer;
 7. **parallel**: rows of blocks on all cores;
 8. **register blocking**: a block small enough for the registers, with unrolled loops;
-9. **cache-aware order**: the register tile sized for this CPU's registers, ``A`` packed too,
-   and the loops run panel of ``B`` by panel so that one panel stays in the L2 cache.
+9. **cache-aware order**: the register tile sized for this CPU's registers, and the loops run
+   panel of ``B`` by panel, each packed just before use, so that one panel stays in the L2 cache.
 
 The algorithm never changes; every step only adds to (or replaces one of) the decisions of the
 step before, so you can see exactly what each one buys.  A helper builds each step, checks it
@@ -316,12 +316,15 @@ print("\nstep 8 decisions:", FINAL)
 #   of vector registers (32 with AVX-512, 16 with AVX2) and takes two registers of columns and
 #   as many rows as the accumulators, two ``B`` vectors and one broadcast leave room for:
 #   14 × 32 on AVX-512 (28 accumulators), 6 × 16 on AVX2;
-# * ``A`` is packed like ``B``, ``Ap[i // 14, k, i % 14]``: the 14 values broadcast per ``k``
-#   are adjacent instead of 14 rows apart (rows ``n`` floats apart share cache sets);
 # * the order: ``j.outer`` (the panels of ``B``) is the outermost loop, in parallel, and all
 #   row tiles run inside it.  One panel (``k × 32`` floats, 128 KiB for n = 1024) stays in
-#   the L2 cache while the ``A`` panels stream past it; with rows of tiles outermost, every
-#   row tile read all of ``B`` (4 MiB) from L3 again.
+#   the L2 cache while the rows of ``A`` stream past it; with rows of tiles outermost, every
+#   row tile read all of ``B`` (4 MiB) from L3 again;
+# * each panel is packed by the thread that uses it, just before its row tiles run
+#   (``compute_at`` the panel loop), into that core's L2 cache: packing all of ``B`` first
+#   wrote it to memory and read it back.  ``A`` is read in place (a packed copy costs more
+#   than it saves).  When a panel is small enough for the stack (``k ≤ 256``), all of ``B``
+#   is packed first as in step 8.
 from tedsl.cli import gemm_schedule, gemm_tile  # noqa: E402
 
 MR, NR, KU = gemm_tile()
