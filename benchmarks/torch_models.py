@@ -6,7 +6,7 @@ and 32, 1 and 2 threads (``torch.set_num_threads`` and ``tedsl.torch.set_num_thr
 The contenders run interleaved (one round of each in turn) and the table shows the median of
 the rounds.  ``--profile`` prints tedsl's time per kernel for each model at batch 32 (1 thread).
 
-    python benchmarks/torch_models.py [--quick] [--profile] [--no-write]
+    python benchmarks/torch_models.py [--quick] [--profile] [--no-write] [--cpu-time] [--note TEXT]
 """
 import argparse
 import statistics
@@ -33,14 +33,14 @@ def inputs(name, batch):
     return torch.randn(*shape, generator=g)
 
 
-def timed_round(fn, x, number):
-    t0 = time.perf_counter()
+def timed_round(fn, x, number, clock=time.perf_counter):
+    t0 = clock()
     for _ in range(number):
         fn(x)
-    return (time.perf_counter() - t0) / number
+    return (clock() - t0) / number
 
 
-def profile(fn, x, number=20):
+def profile(fn, x, number=20, clock=time.perf_counter):
     """tedsl's time per step of the last compiled graph (seconds per call)."""
     from tedsl.torch import backend as B
     seen, call = [], B.Program.__call__
@@ -59,9 +59,9 @@ def profile(fn, x, number=20):
 
     def timed(s):
         def run(env, syms):
-            t0 = time.perf_counter()
+            t0 = clock()
             s(env, syms)
-            totals[s] += time.perf_counter() - t0
+            totals[s] += clock() - t0
         return run
     prog.steps = [timed(s) for s in steps]
     try:
@@ -81,11 +81,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
     ap.add_argument("--profile", action="store_true", help="per-kernel times at batch 32")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time the 1-thread rows in the thread's CPU time (a loaded machine's "
+                         "waits for a core left out); the 2-thread rows stay wall-clock")
+    ap.add_argument("--note", default="", help="a sentence on the conditions, for RESULTS.md")
     args = ap.parse_args()
     rounds = 5 if args.quick else 11
     torch.manual_seed(0)
     rows = []
     ratios = []
+    leaders = []
     for name, cls in (("cnn", CNN), ("transformer", Block)):
         model = cls().eval()
         for batch in (1, 32):
@@ -106,13 +111,16 @@ def main():
                 for threads in (1, 2):
                     torch.set_num_threads(threads)
                     tt.set_num_threads(threads)
+                    cpu = args.cpu_time and threads == 1
+                    clock = time.thread_time if cpu else time.perf_counter
                     number = max(2, int(0.05 / max(timed_round(model, x, 2), 1e-6)))
                     times = {k: [] for k in fns}
                     for _ in range(rounds):
                         for k, f in fns.items():
-                            times[k].append(timed_round(f, x, number))
+                            times[k].append(timed_round(f, x, number, clock))
                     med = {k: statistics.median(v) for k, v in times.items()}
-                    rows.append((name, batch, threads, f"{med['eager'] * 1e6:.0f}",
+                    rows.append((name, batch, threads, "CPU" if cpu else "wall",
+                                 f"{med['eager'] * 1e6:.0f}",
                                  f"{med['inductor'] * 1e6:.0f}", f"{med['tedsl'] * 1e6:.0f}",
                                  f"{med['eager'] / med['tedsl']:.2f}",
                                  f"{med['inductor'] / med['tedsl']:.2f}"))
@@ -121,18 +129,31 @@ def main():
                 if args.profile and batch == 32:
                     torch.set_num_threads(1)
                     tt.set_num_threads(1)
-                    per = profile(fns["tedsl"], x)
+                    per = profile(fns["tedsl"], x, 20,
+                                  time.thread_time if args.cpu_time else time.perf_counter)
                     print(f"-- {name} batch 32: tedsl per step (us), compile {compile_s:.0f} s")
-                    for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
+                    top = sorted(per.items(), key=lambda kv: -kv[1])[:12]
+                    for k, v in top:
                         print(f"   {v * 1e6:8.1f}  {k}")
-    header = ("model", "batch", "threads", "eager (us)", "inductor (us)", "tedsl (us)",
+                    leaders.append(f"{name}: " + ", ".join(f"{k.split(' ', 1)[1]} "
+                                                         f"{v * 1e6:.0f}" for k, v in top[:5]))
+    header = ("model", "batch", "threads", "clock", "eager (us)", "inductor (us)", "tedsl (us)",
               "tedsl speed-up vs eager", "vs inductor")
     table = common.markdown_table(header, rows)
+    print(common.machine_description())
     print(table)
     if not args.no_write:
-        common.write_results("torch_models", "## torch.compile: eager vs Inductor vs tedsl\n\n"
-                             "Inference, median of interleaved rounds; speed-ups > 1 mean tedsl "
-                             "is faster.  `python benchmarks/torch_models.py`.\n\n" + table)
+        text = ("## torch.compile: eager vs Inductor vs tedsl\n\n"
+                "Inference, median of interleaved rounds; speed-ups > 1 mean tedsl is faster.  "
+                "`python benchmarks/torch_models.py` (CNN: conv-bn-relu x2, max pool, linear on "
+                "3x32x32; transformer block: d=64, 4 heads, 32 tokens, MLP 256).  Clock: wall, "
+                "or CPU (the thread's CPU time, `--cpu-time`, 1-thread rows only).\n\n" + table)
+        if args.note:
+            text += f"\n\n{args.note}"
+        if leaders:
+            text += ("\n\nLeading steps of tedsl at batch 32, one thread (`--profile`, us): "
+                     + "; ".join(leaders) + ".")
+        common.write_results("torch_models", text)
 
 
 if __name__ == "__main__":
