@@ -88,22 +88,27 @@ def scalar_dtype(value, other):
 
 
 def max_value(dtype):
-    dtype = canonical(dtype)
-    if dtype == "bool":
-        return True
-    if dtype == "bfloat16":
-        return float.fromhex("0x1.fep127")
-    if is_float(dtype):
-        return float(np.finfo(dtype).max)
-    return int(np.iinfo(dtype).max)
+    return _limits(canonical(dtype))[1]
 
 
 def min_value(dtype):
-    dtype = canonical(dtype)
-    if dtype == "bool":
-        return False
-    if dtype == "bfloat16":
-        return -float.fromhex("0x1.fep127")
-    if is_float(dtype):
-        return float(np.finfo(dtype).min)
-    return int(np.iinfo(dtype).min)
+    return _limits(canonical(dtype))[0]
+
+
+_LIMITS = {}      # every constant checks its range: numpy's finfo / iinfo once per dtype
+
+
+def _limits(dtype):
+    """``(min, max)`` of a canonical dtype name."""
+    hit = _LIMITS.get(dtype)
+    if hit is None:
+        if dtype == "bool":
+            hit = (False, True)
+        elif dtype == "bfloat16":
+            hit = (-float.fromhex("0x1.fep127"), float.fromhex("0x1.fep127"))
+        elif is_float(dtype):
+            hit = (float(np.finfo(dtype).min), float(np.finfo(dtype).max))
+        else:
+            hit = (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+        _LIMITS[dtype] = hit
+    return hit
