@@ -4,11 +4,21 @@ Each measurement runs in a new Python process (imports done before the clock sta
 checks' remembered isl results and any kernel cache on disk (a fresh ``TEDSL_CACHE_DIR`` per
 process) cannot flatter it; the table shows medians over ``--runs`` processes per case.
 
+* ``LLVM load``: loading LLVM (llvmlite's shared library) and OpenMP, once per process, before
+  the clock of the other columns (as ``import tvm`` loads its compiler): a process's first
+  ``te.build`` pays it on top of ``build``.
 * ``define + schedule``: the compute definition and every primitive call (``parallel``,
   ``vectorize`` and ``bind`` are checked against isl's dependences at the call).
 * ``lower``: ``te.lower`` right after the schedule (legality re-check, isl AST, loop passes).
-* ``build``: ``te.build`` right after the schedule (lower + LLVM), in its own processes.
+* ``build``: ``te.build`` right after the schedule (lower + LLVM), in its own processes; the
+  process waits (off the clock) for the kernel cache's background link to end, so that it
+  never runs during the next measurement.
 * ``total``: define + schedule + build.
+
+``--search`` measures ``tedsl.tune.auto``'s throughput instead: candidates measured per minute
+on small kernels (a 64^3 and a 128^3 GEMM: 224 candidates of ``tedsl.auto``'s space each, fully
+unrolled register tiles), with the CPU time of the worker processes per candidate; it writes
+the ``build_time_search`` section.
 
 Cases: the README's tiled GEMM at 512 (tile 32 x 32, k split by 4, reorder, vectorize,
 parallel), the GEMM schedule of ``benchmarks/gemm.py`` (``cli.gemm_schedule``) at 1000, a
@@ -88,6 +98,12 @@ def child(name, mode):
     """One fresh measurement; prints a JSON line of seconds."""
     import tedsl as te      # imports before the clock
     import tedsl.poly.legality  # noqa: F401  (the checks' module, as a first primitive loads it)
+    from tedsl.codegen.llvm_compile import init_llvm
+    from tedsl.runtime import cpu
+    t0 = time.perf_counter()
+    init_llvm()
+    cpu.init_threads()
+    load = time.perf_counter() - t0
     fn = CASES[name]
     t0 = time.perf_counter()
     s, args = fn()
@@ -95,9 +111,24 @@ def child(name, mode):
     if mode == "lower":
         te.lower(s, args)
     else:
-        te.build(s, args, target="llvm")
+        f = te.build(s, args, target="llvm")
     t2 = time.perf_counter()
-    print(json.dumps({"schedule": t1 - t0, mode: t2 - t1}))
+    print(json.dumps({"schedule": t1 - t0, mode: t2 - t1, "load": load}))
+    if mode == "build":
+        _wait_for_link(f)
+
+
+def _wait_for_link(f, limit=20.0):
+    """Wait until the kernel cache's background link of ``f`` has ended (or ``limit`` s)."""
+    from tedsl.runtime import kernel_cache
+    key = getattr(f, "_key", None)
+    if key is None or kernel_cache._linker() is None:
+        return
+    so = kernel_cache._so_path(key)
+    end = time.monotonic() + limit
+    while time.monotonic() < end and not (os.path.exists(so) or
+                                          os.path.exists(so[:-3] + ".nolink")):
+        time.sleep(0.02)
 
 
 def measure(name, mode):
@@ -114,14 +145,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per case and mode")
     ap.add_argument("--case", action="append", help="only these cases (substring of the name)")
+    ap.add_argument("--search", action="store_true",
+                    help="measure tune.auto's candidates per minute instead")
+    ap.add_argument("--trials", type=int, default=48, help="candidates per search (--search)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         child(*a.child)
         return 0
     from common import machine_description, markdown_table, write_results
+    if a.search:
+        return search_throughput(a.trials)
     names = [n for n in CASES if not a.case or any(c in n for c in a.case)]
-    got = {n: {"schedule": [], "lower": [], "build": []} for n in names}
+    got = {n: {"schedule": [], "lower": [], "build": [], "load": []} for n in names}
     errors = {}
     for _ in range(a.runs):          # interleaved: every case once per round
         for n in names:
@@ -135,27 +171,77 @@ def main(argv=None):
                     break
                 got[n]["schedule"].append(r["schedule"])
                 got[n][mode].append(r[mode])
+                got[n]["load"].append(r["load"])
     rows = []
     for n in names:
         if n in errors:
-            rows.append([n, "failed: " + errors[n], "", "", ""])
+            rows.append([n, "failed: " + errors[n], "", "", "", ""])
             continue
         med = {k: statistics.median(v) * 1e3 for k, v in got[n].items()}
-        rows.append([n, f"{med['schedule']:.0f}", f"{med['lower']:.0f}", f"{med['build']:.0f}",
-                     f"{med['schedule'] + med['build']:.0f}"])
-    table = markdown_table(["kernel", "define + schedule (ms)", "lower (ms)", "build (ms)",
-                            "total (ms)"], rows)
+        rows.append([n, f"{med['load']:.0f}", f"{med['schedule']:.0f}", f"{med['lower']:.0f}",
+                     f"{med['build']:.0f}", f"{med['schedule'] + med['build']:.0f}"])
+    table = markdown_table(["kernel", "LLVM load (ms, once)", "define + schedule (ms)",
+                            "lower (ms)", "build (ms)", "total (ms)"], rows)
     machine = machine_description()
     if hasattr(os, "getloadavg"):
         machine += f"; load average {os.getloadavg()[0]:.1f} at the end"
     print(f"tedsl build time, medians of {a.runs} fresh processes per case and mode; {machine}")
     print(table)
     if not a.case:
-        note = (f"Medians of {a.runs} fresh processes per case and mode (imports before the "
-                f"clock, a fresh kernel cache directory each). Machine: {machine}. "
-                "`build` includes `lower`; `total` is define + schedule + build.")
+        note = (f"Medians of {a.runs} fresh processes per case and mode (imports and the "
+                f"LLVM load before the clock, a fresh kernel cache directory each). Machine: "
+                f"{machine}. `build` includes `lower`; `total` is define + schedule + build; a "
+                "process's first build also pays the LLVM load.")
         write_results("build_time", "## Build time (define + schedule, lower, build)\n\n" +
                       table + "\n\n" + note)
+    return 0
+
+
+def _gemm(n):
+    import tedsl as te
+    A = te.placeholder((n, n), "float32", name="A")
+    B = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    return [te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")]
+
+
+SEARCHES = {"gemm 64^3": lambda: _gemm(64), "gemm 128^3": lambda: _gemm(128)}
+
+
+def search_throughput(trials):
+    """``tune.auto`` on small kernels: candidates per minute, worker CPU per candidate."""
+    from common import machine_description, markdown_table, write_results
+    from tedsl import tune
+    rows = []
+    for name, make in SEARCHES.items():
+        outs = make()
+        before = os.times()
+        with tempfile.TemporaryDirectory(prefix="tedsl-search-") as d:
+            s = tune.auto(outs, trials=trials, progress=False,
+                          records=os.path.join(d, "records.json"))
+            for rec in tune.load(os.path.join(d, "records.json")):
+                if not rec.valid:
+                    print(f"{name}: {rec.config} failed: {rec.error[:300]}")
+        after = os.times()
+        r = s.tune_result
+        cpu = (after.children_user + after.children_system - before.children_user -
+               before.children_system)
+        rows.append([name, str(r["trials"]), str(r["failed"]), f"{r['elapsed']:.1f}",
+                     f"{60 * r['trials'] / r['elapsed']:.0f}",
+                     f"{1e3 * cpu / max(1, r['trials']):.0f}", f"{r['seconds'] * 1e6:.1f}"])
+    table = markdown_table(["kernel", "candidates", "failed", "search s", "candidates / min",
+                            "worker CPU ms / candidate", "best us"], rows)
+    machine = machine_description()
+    if hasattr(os, "getloadavg"):
+        machine += f"; load average {os.getloadavg()[0]:.1f} at the end"
+    print(f"tune.auto throughput; {machine}")
+    print(table)
+    note = (f"`tune.auto(outs, trials={trials})` with its defaults (a builder per core, paused "
+            f"while a candidate is timed; one measuring process), wall time from the start of the worker processes; "
+            f"worker CPU: user + system time of the builder and measuring processes (their "
+            f"start-up included) per candidate. Machine: {machine}.")
+    write_results("build_time_search", "## Search throughput (tune.auto)\n\n" + table +
+                  "\n\n" + note)
     return 0
 
 
