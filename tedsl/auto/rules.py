@@ -33,7 +33,7 @@ the alternatives, all of which give legal schedules.
 from ..errors import ScheduleError
 from ..te.tensor import ComputeOp, ScanOp
 from . import model
-from .graph import const_int, has_call, numel, same_dim
+from .graph import const_int, has_call, loads_of, numel, same_dim
 from .pack import cache_write_as, pack_dim, pack_operand
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
@@ -167,7 +167,7 @@ def injective(stage, lanes):
     last = axes[-1]
     e_last = ext(stage, last)
     chunk = max(1, 4096 // lanes)
-    if work is not None and e_last % lanes == 0:
+    if work is not None and e_last % lanes == 0 and not _row_calls(stage.op):
         fused = fuse_outer(stage, axes)[0]
         o, _ = split_vector(stage, fused, lanes)
         if o is not None and ext(stage, o) > chunk:
@@ -733,6 +733,17 @@ def ext_of(iv):
     """The constant extent of a root axis, else None."""
     b, e = const_int(iv.begin), const_int(iv.end)
     return None if b is None or e is None else e - b
+
+
+def _row_calls(op):
+    """Whether an elementwise body calls an expensive function (``rsqrt``) and reads values
+    constant along its last axis (per-row statistics): its row loop is kept, so that what
+    depends on the row only (``rsqrt(var[i])``) is computed once per row, not per element of
+    a flattened loop."""
+    if len(op.axis) < 2 or not has_call(op):
+        return False
+    last = op.axis[-1].var
+    return any(not ld.depends(last) for ld in loads_of(op))
 
 
 def _vars(e):
