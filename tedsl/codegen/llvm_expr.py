@@ -442,15 +442,18 @@ class ExprEmitter:
         it = ir.VectorType(I32, W)
         vi = lambda c: ir.Constant(it, [c] * W)  # noqa: E731
         fl = lambda y: self.intrinsic(f"llvm.floor.v{W}f32", x.type, [y])  # noqa: E731
+        # a * m + c, fused into one FMA where the target has it (a third of the instructions)
+        fma = lambda a, m, c: self.intrinsic(f"llvm.fmuladd.v{W}f32", x.type,  # noqa: E731
+                                             [a, m, c])
         xc = b.select(b.fcmp_ordered(">", x, vf(88.8)), vf(88.8), x)
         xc = b.select(b.fcmp_ordered("<", xc, vf(-104.0)), vf(-104.0), xc)
-        n = fl(b.fadd(b.fmul(xc, vf(1.44269504088896341)), vf(0.5)))
-        r = b.fsub(b.fsub(xc, b.fmul(n, vf(0.693359375))), b.fmul(n, vf(-2.12194440e-4)))
+        n = fl(fma(xc, vf(1.44269504088896341), vf(0.5)))
+        r = fma(n, vf(2.12194440e-4), fma(n, vf(-0.693359375), xc))
         p = vf(1.9875691500e-4)
         for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
                   5.0000001201e-1):
-            p = b.fadd(b.fmul(p, r), vf(c))
-        p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), vf(1.0))
+            p = fma(p, r, vf(c))
+        p = b.fadd(fma(p, b.fmul(r, r), r), vf(1.0))
         ni = b.fptosi(n, it)
         n1 = b.ashr(ni, vi(1))
         n2 = b.sub(ni, n1)
