@@ -547,7 +547,9 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                 measure_w.program = result["program"]
             if exhausted and not params_of:
                 break                                   # the space is exhausted
-            for w in wait(build_ws + [measure_w], 0.2):
+            # a paused builder may be half-way through sending its result: it is read
+            # once it runs again (reading it now would wait for the measurement's end)
+            for w in wait([w for w in build_ws if not w.paused] + [measure_w], 0.2):
                 got = w.receive()
                 if w.init_error is not None:
                     raise TedslError(f"tune.auto: a worker process could not start: "
