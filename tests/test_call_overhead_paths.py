@@ -56,6 +56,19 @@ def test_numpy_errors_still_name_the_argument(axpy, rng):
     assert np.isnan(c).all()
 
 
+def test_keyword_arguments_are_refused_by_name(axpy, rng):
+    a, b = rng.random((5, 3), dtype=np.float32), rng.random((5, 3), dtype=np.float32)
+    c = poisoned((5, 3))
+    with pytest.raises(te.ArgumentError,
+                       match=r"by position \(A, B, C\), not by keyword \(got C\)"):
+        axpy(a, b, C=c)
+    with pytest.raises(te.ArgumentError, match=r"not by keyword \(got A, B, C\)"):
+        axpy(A=a, B=b, C=c)
+    assert np.isnan(c).all()
+    axpy(a, b, c)             # the same arguments by position run
+    np.testing.assert_allclose(c, a * 2 + b, rtol=1e-6)
+
+
 def test_torch_tensors_take_the_fast_entry(axpy, rng):
     torch, a, b, c = _torch_args(rng)
     axpy(a, b, c)

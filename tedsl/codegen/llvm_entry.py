@@ -2,8 +2,9 @@
 
 * ``<name>(ptr slots) -> i32``: one 64-bit slot per argument (data pointer, or scalar bits:
   doubles for floats), then one per size variable;
-* ``<name>_pyentry(PyObject* self, PyObject* const* args, Py_ssize_t nargs) -> PyObject*``:
-  the fast call path from numpy arrays and torch tensors, a ``METH_FASTCALL`` function.  It
+* ``<name>_pyentry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames)
+  -> PyObject*``: the fast call path from numpy arrays and torch tensors, a ``METH_FASTCALL |
+  METH_KEYWORDS`` function (a call with keywords goes to the checked path).  It
   reads the arrays' headers, checks the count, type, rank, dtype, flags,
   shapes and that no array the kernel writes overlaps another argument, binds the sizes and
   calls the body; ``torch.Tensor`` arguments are read through torch's DLPack exchange function
@@ -93,13 +94,13 @@ class EntryEmitter:
         abi = self.abi
         f = self.func
         written = set(written_buffers(f))
-        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64]),
+        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64, PTR]),
                          name=f"{self.name}_pyentry")
         incref = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=PY_INCREF)
         none = ir.GlobalVariable(self.module, I8, name=PY_NONE)
         saved = (self.b, self.fn, self.vars)
         self.fn = fn
-        self_obj, argv, nargs = fn.args
+        self_obj, argv, nargs, kwnames = fn.args
         b = self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         # ``self``: a ctypes array of two objects, the checked path (a Python callable) and the
         # cells below; the objects are at the array object's ``b_ptr`` (offset 16).  A failed
@@ -110,7 +111,7 @@ class EntryEmitter:
                                  name=PY_VECTORCALL)
         slow = fb.load(fb.gep(self_obj, [ir.Constant(I64, 16)], source_etype=I8), typ=PTR)
         slow = fb.load(slow, typ=PTR)
-        fb.ret(fb.call(vectorcall, [slow, argv, nargs, ir.Constant(PTR, None)]))
+        fb.ret(fb.call(vectorcall, [slow, argv, nargs, kwnames]))
 
         def at(base, off, ty):
             p = b.gep(base, [ir.Constant(I64, off)], source_etype=I8)
@@ -137,6 +138,7 @@ class EntryEmitter:
         nd_type = ir.GlobalVariable(self.module, I64, name=f"{self.name}_ndarray_type")
         nd_type.initializer = ir.Constant(I64, abi["ndarray_type"])
         nd_type_value = b.load(nd_type, typ=I64)
+        check(b.icmp_unsigned("==", kwnames, ir.Constant(PTR, None)))   # keywords: checked path
         check(b.icmp_signed("==", nargs, ir.Constant(I64, len(f.params))))
         for k, p in enumerate(f.params):
             obj = b.load(b.gep(argv, [ir.Constant(I64, k)], source_etype=PTR), typ=PTR)

@@ -115,7 +115,7 @@ class _MethodDef(ctypes.Structure):
                 ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
 
 
-_METH_FASTCALL = 0x0080
+_METH_FASTCALL_KEYWORDS = 0x0080 | 0x0002
 _new_cfunction = ctypes.pythonapi.PyCFunction_NewEx
 _new_cfunction.restype = ctypes.py_object
 _new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
@@ -123,12 +123,12 @@ _new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
 
 def fast_entry(name, addr, slow):
     """A Python builtin calling the JIT function ``NAME_pyentry`` at ``addr`` with the
-    arguments as they are (``METH_FASTCALL``): it returns None when the kernel ran, else
+    arguments as they are (``METH_FASTCALL | METH_KEYWORDS``; keyword arguments go to ``slow``): it returns None when the kernel ran, else
     what ``slow(*args)`` (the checked path) returns.  Returns ``(builtin, keepalive)``, or
     ``(None, None)`` where this interpreter's ctypes objects are laid out differently."""
     if not _CELLS_OK:
         return None, None
-    mdef = _MethodDef(name.encode(), addr, _METH_FASTCALL, None)
+    mdef = _MethodDef(name.encode(), addr, _METH_FASTCALL_KEYWORDS, None)
     cells = (ctypes.py_object * 2)(slow, ctypes.py_object(_TORCH_CELLS))    # the entry's ``self``
     return _new_cfunction(ctypes.addressof(mdef), cells, None), mdef
 

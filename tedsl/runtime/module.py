@@ -86,12 +86,21 @@ class Module:
                 sig.get("num_threads") or cpu.num_threads()
         self._threads_addr = threads_addr
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            self._refuse_keywords(kwargs)
         return self._call_checked(args)     # a module without a fast entry
 
-    def _slow(self, *args):
+    def _refuse_keywords(self, kwargs):
+        names = ", ".join(p["name"] for p in self.signature["params"])
+        raise ArgumentError(f"{self.name}() takes its arguments by position ({names}), not by "
+                            f"keyword (got {', '.join(kwargs)})")
+
+    def _slow(self, *args, **kwargs):
         """Where the fast entry hands its arguments when a check fails: the checked path,
         which raises the precise error (or runs a case the machine code does not take)."""
+        if kwargs:
+            self._refuse_keywords(kwargs)
         if "torch" in sys.modules and not cpu.attach_torch():
             views = torch_views(args)      # a torch without the DLPack exchange API
             if views is not None:
