@@ -33,7 +33,11 @@ BUDGET_S = 55          # stop starting new cases after this long (the file must 
 # Cases of other seeds that found a bug: once it is fixed (and the entry removed from
 # KNOWN_OPEN) each one runs with the slice as a regression check.
 FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 143), (9, 1349),
-         (12, 194), (101, 3701), (101, 4953), (101, 6206)]
+         (12, 194), (101, 3701), (101, 4953), (101, 6206),
+         # tile with a tail, fuse of the tile loops, split / tile again: minutes in isl's AST
+         # generator before the instances were named by their loop values
+         (101, 7253), (101, 8691), (101, 8757), (201, 2606), (201, 2975), (201, 3436),
+         (201, 10250)]
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {}

@@ -171,6 +171,11 @@ def leaf_values(stage, names):
     val = LeafValues()
     begin = {}
     linear = set()           # loops whose value involves a fuse (explicit dimensions)
+    # in a stage with a fuse of constant extents every split is explicit: a fused loop over
+    # split loops with tails mixes the equalities with nested floor / mod of the root
+    # iterators, and isl's AST generator took minutes where all-explicit dimensions take
+    # a second (tile, fuse of the tile loops, tile again)
+    explicit = any(isinstance(r, Fuse) and not r.deferred for r in stage.relations)
     dims = {iv.var for iv in stage.root_iter_vars}
     for iv in stage.root_iter_vars:
         val[iv] = names.name(iv.var)
@@ -185,7 +190,7 @@ def leaf_values(stage, names):
             b = begin.get(rel.parent, "0")
             rel_p = p if b == "0" else f"({p} - {b})"
             f = rel.factor
-            if rel.parent in linear:
+            if explicit or rel.parent in linear:
                 val[rel.outer] = _explicit(stage, names, val, rel.outer, rel.parent.kind,
                                            lambda n: [])
                 val[rel.inner] = _explicit(
