@@ -89,3 +89,60 @@ def test_triangular_solve_like_reduction(rng):
     S = te.compute((n,), acc, name="S")
     Y = te.compute((n,), lambda i: (b[i] - S[i]) / L[i, i], name="Y")
     _check(Y, [L, b, x], [_rand(rng, n, n), _rand(rng, n), _rand(rng, n)])
+
+
+def _stages(grads):
+    return {st.op.name: st.op for st in te.create_schedule(grads).stages}
+
+
+def test_border_guard_of_stride1_conv_becomes_zero_padding(rng):
+    """Padding 1, stride 1: the gather over the taps keeps its output row in bounds, a border
+    condition only, so it reads the output adjoint through a zero-padded copy with no guard:
+    constant trip counts, the weights read flipped, and the lowered code says so."""
+    X = te.placeholder((1, 2, 7, 6), F, name="X")
+    W = te.placeholder((3, 2, 3, 3), F, name="W")
+    Y = ops.conv2d_nchw(X, W, stride=1, padding=1)
+    head = te.placeholder(Y.shape, F, name="head")
+    dX, dW = te.gradient(Y, [X, W], head)
+    ops_ = _stages([dX, dW])
+    gather = [op for n, op in ops_.items() if "_grad_gather_padded_" in n]
+    assert len(gather) == 1 and gather[0].tag == "gradient_gather"
+    body = repr(gather[0].body[0])
+    assert "head_zero_padded" in body and "where" not in body and "2 - ry" in body
+    assert [int(d.value) for d in ops_["head_zero_padded"].output(0).shape] == [1, 3, 11, 10]
+    text = str(te.lower(te.create_schedule([dX, dW]), [X, W, head, dX, dW]))
+    assert "for ry in range(0, 3)" in text and "min(" not in text
+    _check(Y, [X, W], [_rand(rng, 1, 2, 7, 6), _rand(rng, 3, 2, 3, 3)])
+
+
+def test_factor_reading_the_guarded_position_keeps_the_guard(rng):
+    """Y[i] = sum_k X[i + k] * B[i]: B is read at the output position the guard keeps in
+    bounds, so zero padding of the adjoint could not replace the guard."""
+    n = 8
+    X = te.placeholder((n,), F, name="X")
+    B = te.placeholder((n - 2,), F, name="B")
+    k = te.reduce_axis((0, 3), name="k")
+    Y = te.compute((n - 2,), lambda i: te.sum(X[i + k] * B[i], axis=k), name="Y")
+    head = te.placeholder(Y.shape, F, name="head")
+    dX, = te.gradient(Y, [X], head)
+    names = list(_stages(dX))
+    assert not any("zero_padded" in m for m in names)
+    assert any("_grad_gather_Y" in m for m in names)
+    _check(Y, [X, B], [_rand(rng, n), _rand(rng, n - 2)])
+
+
+def test_zero_padded_gather_with_symbolic_size(rng):
+    """A 3-tap filter over a signal of symbolic length: the padding is constant (2 per side)
+    and the result matches finite differences at several lengths, odd ones included."""
+    n = te.var("n")
+    X = te.placeholder((n + 2,), F, name="X")
+    W = te.placeholder((3,), F, name="W")
+    k = te.reduce_axis((0, 3), name="k")
+    Y = te.compute((n,), lambda i: te.sum(X[i + k] * W[k], axis=k), name="Y")
+    head = te.placeholder(Y.shape, F, name="Y_head")
+    dX, = te.gradient(Y, [X], head)
+    assert any("_grad_gather_padded_" in m for m in _stages(dX))
+    for nv in (1, 6, 13):
+        _, _, errors = check_gradient(Y, [X, W], [_rand(rng, nv + 2), _rand(rng, 3)],
+                                      rng.uniform(-1, 1, nv))
+        assert max(errors) <= 1e-6, errors

@@ -26,6 +26,7 @@ from ..te.reducer import sum as rsum
 from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
 from .derivative import add, derivative, mul
 from .factor import split_invariant
+from .padded import flip_backward_taps, padded_read
 from .preimage import plan_read
 from .reducers import ReductionWeight
 
@@ -127,7 +128,7 @@ def _gather_stage(X, xvars, free, body, where, name, tag):
     return compute(X.shape, fcompute, name=name, tag=tag)
 
 
-def _backprop(op, v, head, needed, adjoints, namer):
+def _backprop(op, v, head, needed, adjoints, namer, padded):
     """Add the contributions of stage ``op``'s output ``v`` (adjoint ``head``) to the adjoints
     of the tensors it reads."""
     body = op.body[v]
@@ -151,7 +152,10 @@ def _backprop(op, v, head, needed, adjoints, namer):
         if d is None:
             continue
         val = mul(mul(hd, w) if w is not None else hd, d)
-        where = plan.where
+        where, form = plan.where, plan.form
+        pad = padded_read(op, plan, head, d, namer, padded) if w is None else None
+        if pad is not None:                           # the border guard becomes zeros
+            val, where, form = mul(pad, d), None, "gather_padded"
         if guard is not None:
             g = substitute(guard, plan.subst)
             where = g if where is None else E.logical("and", where, g)
@@ -161,8 +165,10 @@ def _backprop(op, v, head, needed, adjoints, namer):
         if not plan.free:
             acc.terms.append((xvars, val if where is None else E.if_then_else(where, val, zero)))
             continue
+        if pad is not None:
+            val = flip_backward_taps(val, plan.free, substitute(pad, plan.subst), xvars)
         outer, val = split_invariant(val, [v for v, _, _ in plan.free], X, xvars)
-        name = namer(f"{X.name}_grad_{plan.form}_{op.name}")
+        name = namer(f"{X.name}_grad_{form}_{op.name}")
         G = _gather_stage(X, xvars, plan.free, val, where, name, f"gradient_{plan.form}")
         if outer is None:
             acc.tensors.append(G)
@@ -237,7 +243,7 @@ def gradient(output, inputs, head=None):
             if _key(t) in want or (deps and not isinstance(op, PlaceholderOp)):
                 needed.add(_key(t))
     namer = _Namer()
-    adjoints = {}
+    adjoints, padded = {}, {}
     top = _Adjoint(output)
     top.head = _Head(head, output.dtype)
     adjoints[_key(output)] = top
@@ -259,7 +265,7 @@ def gradient(output, inputs, head=None):
             else:
                 acc.result = _materialize(acc, t, namer)
                 head_v = _Head(acc.result)
-            _backprop(op, v, head_v, needed, adjoints, namer)
+            _backprop(op, v, head_v, needed, adjoints, namer, padded)
     out = []
     for t in inputs:
         acc = adjoints.get(_key(t))

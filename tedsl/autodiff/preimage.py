@@ -17,7 +17,11 @@ the fiber into a loop nest over ``x`` (gather form, no atomics):
    remaining constraints (gisted against those ranges), which become the reduction's affine
    ``where=``.  tedsl folds that condition back into the iteration domain, so the generated
    loops visit exactly the fiber.
-3. An index equation that is not quasi-affine (a data-dependent read such as an embedding
+3. When that condition only keeps the solved output positions inside the output (the border
+   of a convolution with padding: ``0 <= h - ry < H``), the plan says by how many elements
+   the output's adjoint would have to be padded with zeros, per side, for the loops to run
+   over the whole bounding box with no guard (``border``; see ``gradient``).
+4. An index equation that is not quasi-affine (a data-dependent read such as an embedding
    ``A[idx[i]]``) cannot be inverted: it stays an equality condition over the whole domain
    (serialized accumulation, form ``scatter_serial``), correct but proportional to the domain.
 """
@@ -42,6 +46,7 @@ class Plan:
     subst: dict = field(default_factory=dict)  # stage iterator -> expression of the above
     empty: bool = False                        # no instance reads X at all
     absorbed: list = field(default_factory=list)  # branch conditions true on the whole fiber
+    border: list = None    # (before, after) zeros per output axis when ``where`` is a border
 
 
 def domain_constraints(op, names, dims):
@@ -241,10 +246,40 @@ def plan_read(op, indices, path_conds, X, xvars, extra_tensors=()):
         Gp = _as_params(G, keep)
         b = isl.AstBuild.from_context(isl.Set.universe(Gp.params().get_space()))
         where = isl_to_expr(names, env, b.expr_from_set(Gp.params()))
+    border = None
+    if where is not None and not data_rows and not guards:
+        border = _border(S, box.intersect_params(pctx), op, solved, names, dims, keep, params)
     sub = {v: new_vars[v] for v in free}
     sub.update({v: substitute(e, sub) for v, e in solved.items()})
     extra = [substitute(c, sub) for c in data_rows + guards]
     for c in extra:
         where = c if where is None else E.logical("and", where, c)
-    return Plan(form, ranges, where, sub, absorbed=absorbed)
+    return Plan(form, ranges, where, sub, absorbed=absorbed, border=border)
 
+
+
+def _border(S, box, op, solved, names, dims, keep, params):
+    """``[(before, after)]`` zeros per output axis of ``op`` when the fiber within the bounding
+    box ``box`` is exactly the box with every solved output axis inside its extent (the guard
+    is a border condition only); None otherwise (a stride, a triangular bound, a branch)."""
+    space = ", ".join(keep)
+    cons, pads = [], []
+    for a in op.axis:
+        e = solved.get(a.var, a.var)
+        if linear(simplify(e)) is None:               # a floordiv: a stride, not a border
+            return None
+        try:
+            ea, ext = aff(e, names, dims), aff(a.end, names, dims)
+        except NotAffine:
+            return None
+        if a.var in solved:
+            cons.append(f"0 <= {ea} < {ext}")
+        lo = box.min_val(isl.Aff(f"[{params}] -> {{ [{space}] -> [({ea})] }}"))
+        hi = box.max_val(isl.Aff(f"[{params}] -> {{ [{space}] -> [({ea}) - ({ext}) + 1] }}"))
+        if not (lo.is_int() and hi.is_int()):
+            return None
+        pads.append((max(0, -lo.to_python()), max(0, hi.to_python())))
+    B = box.intersect(isl.Set(f"[{params}] -> {{ [{space}] : {' and '.join(cons) or '0 = 0'} }}"))
+    if not S.intersect(box).is_equal(B):
+        return None
+    return pads
