@@ -99,7 +99,8 @@ def search_schedule(case, seconds, call_seconds):
         return None, f"no valid candidate in {time.perf_counter() - t0:.0f} s ({why})"
     info = getattr(s, "tune_result", None) or {}
     took = time.perf_counter() - t0
-    return s, (f"{info.get('trials', '?')} candidates ({info.get('failed', '?')} failed) in "
+    n = info.get("trials", "?")
+    return s, (f"{n} candidate{'' if n == 1 else 's'} ({info.get('failed', '?')} failed) in "
                f"{took:.0f} s")
 
 
