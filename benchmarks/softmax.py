@@ -19,7 +19,11 @@ AVX-512; rows in parallel; the figures below say 16):
 
 Run: ``python benchmarks/softmax.py [--quick] [--sizes-only]``; writes the ``softmax`` section
 of RESULTS.md, and ``softmax_sizes``: the three-pass schedule at aligned and odd sizes.
+``--auto``: ``te.auto_schedule`` of ``ops.softmax`` (no search) against PyTorch at 4096 × 1024,
+4096 × 1023 and 256 × 1024, with the same graph dividing by the row's sum for comparison
+(section ``softmax_auto``).
 """
+import os
 import statistics
 import time
 
@@ -35,17 +39,26 @@ V = max(4, vector_bits(parse("llvm")) // 32)   # float32 SIMD lanes of this CPU 
 RB = 16           # rows per parallel iteration
 ROUNDS = 5
 BLOCK_S = 0.1           # each contender runs this long per round; the median call is kept
+SETTLE_S = 0.15         # pause before a contender: the previous one's threads may still spin
 
 
 def median_call(fn, seconds=BLOCK_S, calls=5):
     """Median time of single calls of ``fn`` in a block of >= ``calls`` calls and ``seconds``
     (the first calls after another contender ran may find the other threads still spinning)."""
-    times, start = [], time.perf_counter()
-    while len(times) < calls or time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
+    return median_calls(fn, seconds, calls)[0]
+
+
+def median_calls(fn, seconds=BLOCK_S, calls=5):
+    """``(wall, cpu)``: the median wall time and the median CPU time of the calling thread of
+    single calls of ``fn`` (as ``median_call``).  With one thread the call runs on the calling
+    thread, and its CPU time leaves out the time other processes hold the core."""
+    walls, cpus, start = [], [], time.perf_counter()
+    while len(walls) < calls or time.perf_counter() - start < seconds:
+        t0, c0 = time.perf_counter(), time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        cpus.append(time.thread_time() - c0)
+        walls.append(time.perf_counter() - t0)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def row_max(s, M, X):
@@ -99,16 +112,26 @@ def row_stat(s, R, Y, ii):
     return RF
 
 
-def per_row(rows=ROWS, cols=COLS):
-    """TVM's softmax schedule: the maxima, the exponentials and the sums each computed at the
-    output's row loop (every stage has two readers); returns (s, [X, Y])."""
+def stages(rows, cols, divide=False):
+    """``X, M, E, S, Y``: maxima, exponentials, sums and output, the output multiplying by the
+    reciprocal of the row's sum (``ops.softmax``'s form) or dividing by the sum."""
     X = te.placeholder((rows, cols), "float32", name="X")
     j = te.reduce_axis((0, cols), name="j")
     M = te.compute((rows,), lambda i: te.max(X[i, j], axis=j), name="M")
     E = te.compute((rows, cols), lambda i, c: te.exp(X[i, c] - M[i]), name="E")
     k = te.reduce_axis((0, cols), name="k")
     S = te.compute((rows,), lambda i: te.sum(E[i, k], axis=k), name="S")
-    Y = te.compute((rows, cols), lambda i, c: E[i, c] * (1.0 / S[i]), name="Y")
+    if divide:
+        Y = te.compute((rows, cols), lambda i, c: E[i, c] / S[i], name="Y")
+    else:
+        Y = te.compute((rows, cols), lambda i, c: E[i, c] * (1.0 / S[i]), name="Y")
+    return X, M, E, S, Y
+
+
+def per_row(rows=ROWS, cols=COLS):
+    """TVM's softmax schedule: the maxima, the exponentials and the sums each computed at the
+    output's row loop (every stage has two readers); returns (s, [X, Y])."""
+    X, M, E, S, Y = stages(rows, cols)
     s = te.create_schedule(Y)
     io, ii = s[Y].split(Y.op.axis[0], factor=RB)
     _, ci = s[Y].split(Y.op.axis[1], factor=V)
@@ -242,12 +265,94 @@ def sizes(rounds=ROUNDS, quick=False):
     return rate
 
 
+AUTO_SIZES = [(4096, 1024), (4096, 1023), (256, 1024)]
+
+
+def load_note():
+    """The one-minute load average after a run: above the core count, timings are shared."""
+    try:
+        return f" Load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores after the run."
+    except (AttributeError, OSError):
+        return ""
+
+
+def auto(rounds=ROUNDS, quick=False, no_write=False):
+    """``te.auto_schedule`` of ``ops.softmax`` (the output multiplies by the reciprocal of the
+    row's sum) and of the same graph dividing by the sum, against PyTorch's CPU softmax."""
+    import torch
+    from tedsl import ops
+    sweep = AUTO_SIZES[:1] if quick else AUTO_SIZES
+    runs = {}
+    for r, c in sweep:
+        x = np.random.default_rng(0).standard_normal((r, c), dtype=np.float32) * 4
+        ref = numpy_softmax(x.astype(np.float64))
+        X = te.placeholder((r, c), "float32", name="X")
+        Xd, _, _, _, Yd = stages(r, c, divide=True)
+        graphs = {"auto": (X, ops.softmax(X)), "auto, dividing": (Xd, Yd)}
+        for name, (Xi, Y) in graphs.items():
+            f = te.build(te.auto_schedule(Y), [Xi, Y], name="softmax")
+            y = np.full((r, c), np.nan, np.float32)
+            f(x, y)
+            err = float(np.abs(y - ref).max() / np.abs(ref).max())
+            assert err < 1e-5, f"{name} {r}x{c}: wrong result (relative error {err:.1e})"
+            runs[(r, c), name] = (f.set_num_threads, lambda f=f, x=x, y=y: f(x, y))
+        tx = torch.from_numpy(x)
+        runs[(r, c), "torch"] = (torch.set_num_threads, lambda tx=tx: torch.softmax(tx, -1))
+    times = {}
+    for _ in range(rounds):
+        for nt in (1, 2):
+            for key, (set_threads, fn) in runs.items():
+                set_threads(nt)
+                time.sleep(SETTLE_S)
+                wall, cpu = median_calls(fn)
+                times.setdefault((key, nt, "wall"), []).append(wall)
+                times.setdefault((key, nt, "cpu"), []).append(cpu)
+    med = {key: statistics.median(v) for key, v in times.items()}
+    names = ["auto", "auto, dividing", "torch"]
+    rows = []
+    for r, c in sweep:
+        for nt in (1, 2):
+            t = {n: med[((r, c), n), nt, "wall"] for n in names}
+            cpu = {n: med[((r, c), n), nt, "cpu"] for n in names}
+            rows.append([f"{r} × {c}", nt] + [f"{8 * r * c / t[n] / 1e9:.1f}" for n in names] +
+                        [f"{t['torch'] / t[n]:.2f}" for n in names[:2]] +
+                        [f"{cpu['torch'] / cpu[n]:.2f}" if nt == 1 else "" for n in names[:2]])
+    table = markdown_table(["softmax float32 (GB/s)", "threads", "auto", "auto, dividing",
+                            "PyTorch", "auto vs PyTorch", "dividing vs PyTorch",
+                            "auto vs PyTorch, CPU time", "dividing vs PyTorch, CPU time"], rows)
+    note = (f"`te.auto_schedule(ops.softmax(X))` with no search: one row per parallel "
+            f"iteration, the maximum, the exponentials and the sum ({V} vectorized partial "
+            f"results by `rfactor`) computed in it, then the output multiplied by the "
+            f"reciprocal of the row's sum (one division per row, as PyTorch's CPU kernel). "
+            f"`auto, dividing`: the same graph dividing every element by the sum (the form "
+            f"before). GB/s counts the bytes read and written (float32); ratios above 1: "
+            f"tedsl is faster; the CPU-time ratios (one thread: the call runs on the calling "
+            f"thread) leave out the time other processes hold the core.  Median over {rounds} "
+            f"interleaved rounds of the median call in a {BLOCK_S:.1f} s block per contender; "
+            f"PyTorch {torch.__version__}." + load_note())
+    print(machine_description())
+    print(table)
+    print(note)
+    if no_write:
+        return med
+    write_results("softmax_auto", "## Row softmax, zero-search auto_schedule vs PyTorch\n\n" +
+                  table + "\n\n" + note)
+    return med
+
+
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(description="row softmax against numpy; odd sizes")
+    ap = argparse.ArgumentParser(description="row softmax against numpy; odd sizes; "
+                                 "auto_schedule against PyTorch")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and sizes")
     ap.add_argument("--sizes-only", action="store_true", help="only the odd-size sweep")
+    ap.add_argument("--auto", action="store_true",
+                    help="only te.auto_schedule of ops.softmax against PyTorch")
+    ap.add_argument("--no-write", action="store_true", help="--auto: print only")
     opts = ap.parse_args()
-    if not opts.sizes_only:
-        main(3 if opts.quick else ROUNDS)
-    sizes(3 if opts.quick else ROUNDS, opts.quick)
+    if opts.auto:
+        auto(3 if opts.quick else ROUNDS, opts.quick, opts.no_write)
+    else:
+        if not opts.sizes_only:
+            main(3 if opts.quick else ROUNDS)
+        sizes(3 if opts.quick else ROUNDS, opts.quick)
