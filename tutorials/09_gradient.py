@@ -118,3 +118,31 @@ for ry in range(3):
 np.testing.assert_allclose(gx, ref_pad[:, :, 1:15, 1:15], rtol=1e-4, atol=1e-4)
 np.testing.assert_allclose(gw2, ref_w, rtol=1e-4, atol=1e-4)
 print("conv2d backward matches numpy")
+
+# %%
+# Stride 1: the border guard becomes zero padding
+# -----------------------------------------------
+# With stride 1 and padding 1 the taps that read an input row are the rows ``h - ry`` that
+# lie inside the output: ``0 <= h - ry < H`` is a border condition only.  ``te.gradient``
+# then reads the output's adjoint through a copy padded with zeros (``head1_zero_padded``)
+# and sums over all 3 x 3 taps with no guard, the weights read flipped: a plain transposed
+# convolution with constant trip counts, which ``te.auto_schedule`` tiles like a forward
+# convolution.  The stage name says which form was used.
+Y1 = ops.conv2d_nchw(Xc, Wc, stride=1, padding=1)
+head1 = te.placeholder(Y1.shape, "float32", name="head1")
+dX1, = te.gradient(Y1, [Xc], head1)
+for stage in te.create_schedule(dX1).stages:
+    if "_grad_gather" in stage.op.name:
+        print(stage.op.name, "=", stage.op.body[0])
+f1 = te.build(te.create_schedule(dX1), [Xc, Wc, head1, dX1])
+h1 = rng.standard_normal((1, 16, 14, 14)).astype("float32")
+g1 = np.empty_like(xc)
+f1(xc, wc, h1, g1)
+hp = np.pad(h1, ((0, 0), (0, 0), (1, 1), (1, 1)))
+ref1 = np.zeros_like(xc)
+for ry in range(3):
+    for rx in range(3):                  # x[h] receives y[h + 1 - ry] * w[ry]
+        ref1 += np.einsum("nfyx,fc->ncyx", hp[:, :, 2 - ry:16 - ry, 2 - rx:16 - rx],
+                          wc[:, :, ry, rx])
+np.testing.assert_allclose(g1, ref1, rtol=1e-4, atol=1e-4)
+print("stride-1 conv2d input gradient matches numpy")

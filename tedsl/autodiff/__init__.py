@@ -6,7 +6,10 @@ computed in gather form: for each element of the read tensor, a reduction over e
 statement instances that read it, derived by isl (``preimage``), with no atomics; a
 data-dependent read falls back to a serialized accumulation over the reader's whole domain.
 The stage names say which form was used (``_grad_gather_`` / ``_grad_scatter_serial_``), and
-so does ``te.lower``'s output, which names the buffers.
+so does ``te.lower``'s output, which names the buffers.  A gather whose only guard keeps the
+output position inside the output (a stride-1 convolution with padding) reads the output's
+adjoint through a zero-padded copy instead, with no guard (``_grad_gather_padded_``, reading
+``<head>_zero_padded``): a plain transposed convolution with constant trip counts.
 
 Non-smooth points: ``te.max`` / ``te.min`` reductions pass the gradient to the first
 arg-extreme element (lexicographic order of the reduce axes), elementwise ``max(a, b)`` to

@@ -61,4 +61,4 @@ def flip_backward_taps(val, free, load, xvars):
         co = [lin[0].get(v, 0) for lin in lins]
         if any(c < 0 for c in co) and not any(c > 0 for c in co):
             flip[v] = simplify(E.binary("sub", E.binary("add", lo, E.binary("sub", hi, 1)), v))
-    return substitute(val, flip) if flip else val
+    return simplify(substitute(val, flip)) if flip else val
