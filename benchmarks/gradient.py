@@ -7,8 +7,9 @@
 * layer_norm over the last axis of a 2048×1024 matrix with gamma and beta
   (``tedsl.ops.layer_norm``): dX, dgamma, dbeta; PyTorch: ``F.layer_norm``'s autograd.
 
-Only the backward is timed (PyTorch keeps its graph: ``retain_graph=True``).  Zero-search
-schedules only:
+Only the backward is timed (PyTorch keeps its graph: ``retain_graph=True``).  The conv2d
+gradients are also timed apart (``conv2d dX``, ``conv2d dW``; PyTorch asked for that one
+gradient only).  Schedules:
 
 * ``auto``: ``te.auto_schedule`` of the gradient stages (rules + isl footprints, no search);
 * ``simple``: every stage's outer axis in parallel and its innermost axis vectorized (the
@@ -18,14 +19,20 @@ schedules only:
 * conv2d ``fixed``: dX by ``te.auto_schedule`` and dW by a schedule written once: the
   reduction over output columns split by 8 and ``rfactor``-ed into 8 vector lanes, a
   register tile of 2 filters × the 3×3 window (18 vector accumulators), filters in parallel
-  (two modules, both timed).
+  (two modules, both timed);
+* ``search``: with ``--search SECONDS``, ``tedsl.tune.auto`` searches the dX graph and the dW
+  graph separately for that long each; the two schedules found are built as two modules
+  (both timed for dX+dW).  The candidates are timed on one thread (``TEDSL_NUM_THREADS=1``
+  during the search), the count that matters here.
 
 Thread counts are matched (``set_num_threads`` on both sides).  Every result is checked
 against a float64 PyTorch reference first.
 
-Run: ``python benchmarks/gradient.py [--quick]``; writes the ``gradient`` section of
+Run: ``python benchmarks/gradient.py [--quick] [--search SECONDS]``; writes the ``gradient`` section of
 RESULTS.md.  PyTorch is needed (``pip install torch``).
 """
+import argparse
+import os
 import sys
 
 import numpy as np
@@ -140,13 +147,15 @@ def dw_rfactor_schedule(dW, vw=8, fb=2):
     return s
 
 
-def torch_conv(x, w, h):
+def torch_conv(x, w, h, which=(0, 1)):
+    """PyTorch's backward of the conv2d for the gradients ``which`` (0: dX, 1: dW)."""
     import torch
     xt = torch.tensor(x, requires_grad=True)
     wt = torch.tensor(w, requires_grad=True)
     y = torch.nn.functional.conv2d(xt, wt, padding=1)
     ht = torch.tensor(h)
-    return lambda: torch.autograd.grad(y, [xt, wt], ht, retain_graph=True)
+    wrt = [(xt, wt)[k] for k in which]
+    return lambda: torch.autograd.grad(y, wrt, ht, retain_graph=True)
 
 
 def torch_ln(x, g, b, h):
@@ -179,18 +188,61 @@ def _check(mods, arrays, grads, ref, what):
     return threads, run, err
 
 
-def _modules(define, how):
+def searched(seconds):
+    """``tedsl.tune.auto`` on the conv2d's dX and dW graphs apart: ``{"dX": (module, [dX]),
+    "dW": ...}`` and the search summaries."""
+    from tedsl import tune
+    args, grads = conv_backward()
+    mods, notes = {}, []
+    threads = os.environ.get("TEDSL_NUM_THREADS")
+    os.environ["TEDSL_NUM_THREADS"] = "1"        # candidates timed on the thread count that counts
+    try:
+        found = [tune.auto([g], seconds=seconds, progress=False, name=f"conv2d_{which}")
+                 for which, g in zip(("dX", "dW"), grads)]
+    finally:
+        if threads is None:
+            del os.environ["TEDSL_NUM_THREADS"]
+        else:
+            os.environ["TEDSL_NUM_THREADS"] = threads
+    for which, g, s in zip(("dX", "dW"), grads, found):
+        r = s.tune_result
+        notes.append(f"{which}: {r['trials']} candidates ({r['failed']} failed), best "
+                     f"{r['seconds'] * 1e3:.2f} ms on 1 thread in the search")
+        mods[which] = (te.build(s, args + [g], name=f"backward_{which}_searched"), [g])
+    return mods, notes
+
+
+def _one(k):
+    """The conv2d's definition with only its gradient ``k`` (0: dX, 1: dW)."""
+    def define():
+        args, grads = conv_backward()
+        return args, [grads[k]]
+    return define
+
+
+def _modules(define, how, search=None):
+    if how == "search":
+        _, grads = define()
+        names = {g.name for g in grads}
+        return [m for m in search.values() if m[1][0].name in names], grads
     args, grads = define()
     if how == "auto":
         return [(te.build(te.auto_schedule(grads), args + grads, name="backward"), grads)], grads
     if how == "simple":
         return [(te.build(simple_schedule(grads), args + grads, name="backward"), grads)], grads
-    dX, dW = grads                       # conv2d "fixed": dX auto-scheduled, dW by rfactor
-    return [(te.build(te.auto_schedule([dX]), args + [dX], name="backward_dx"), [dX]),
-            (te.build(dw_rfactor_schedule(dW), args + [dW], name="backward_dw"), [dW])], grads
+    dW = grads[-1]                       # conv2d "fixed": dX auto-scheduled, dW by rfactor
+    mods = [(te.build(te.auto_schedule([dX]), args + [dX], name="backward_dx"), [dX])
+            for dX in grads[:-1]]
+    return mods + [(te.build(dw_rfactor_schedule(dW), args + [dW], name="backward_dw"),
+                    [dW])], grads
 
 
-def main(rounds=ROUNDS):
+CONTENDERS = {"conv2d dX+dW": ("auto", "simple", "fixed", "search"),
+              "conv2d dX": ("auto", "search"), "conv2d dW": ("auto", "fixed", "search"),
+              "layer_norm dX+dγ+dβ": ("auto", "simple")}
+
+
+def main(rounds=ROUNDS, search_seconds=None):
     try:
         import torch
     except ImportError:
@@ -210,13 +262,18 @@ def main(rounds=ROUNDS):
     ref_ln = [a.numpy().astype(np.float32) for a in torch_ln(
         *(a.astype(np.float64) for a in (lx, lg, lb, lh)))()]
     cases = {"conv2d dX+dW": (conv_backward, [x, w, h], ref_conv, torch_conv(x, w, h)),
+             "conv2d dX": (_one(0), [x, w, h], ref_conv[:1], torch_conv(x, w, h, (0,))),
+             "conv2d dW": (_one(1), [x, w, h], ref_conv[1:], torch_conv(x, w, h, (1,))),
              "layer_norm dX+dγ+dβ": (ln_backward, [lx, lg, lb, lh], ref_ln,
                                      torch_ln(lx, lg, lb, lh))}
+    search, search_notes = searched(search_seconds) if search_seconds else (None, [])
     contenders, errs, failed = {}, {}, {}
     for case, (define, arrays, ref, tfn) in cases.items():
-        for how in ("auto", "simple") + (("fixed",) if case.startswith("conv") else ()):
+        for how in CONTENDERS[case]:
+            if how == "search" and search is None:
+                continue
             try:
-                mods, grads = _modules(define, how)
+                mods, grads = _modules(define, how, search)
             except Exception as ex:         # noqa: BLE001 - a schedule the compiler refuses
                 failed[(case, f"tedsl {how}")] = f"{type(ex).__name__}: {ex}"[:120]
                 continue
@@ -234,12 +291,16 @@ def main(rounds=ROUNDS):
     rows += [[case, who, "does not build", "", "", ""] for case, who in failed]
     table = markdown_table(["backward", "contender", "1 thread ms", "vs PyTorch",
                             "2 threads ms", "vs PyTorch"], rows)
+    how_note = (f"search: tedsl.tune.auto, {search_seconds:g} s on the dX graph and as long "
+                f"on the dW graph ({'; '.join(search_notes)}); the others are zero-search."
+                if search else "Zero-search schedules only (auto_schedule, parallel + vectorize,"
+                " or fixed).")
     note = (f"conv2d {N}×{C}×{H}×{W}, {F} filters 3×3, padding 1; layer_norm {R}×{D}, float32. "
             f"Backward only, PyTorch {torch.__version__} autograd on its retained graph. "
             f"Median over {rounds} interleaved rounds (3 calls each, median kept), thread counts "
             f"matched. 'vs PyTorch' > 1 means tedsl is faster. Gradients checked against a "
             f"float64 PyTorch reference (max relative error {max(errs.values()):.1e}). "
-            f"Zero-search schedules only (auto_schedule, parallel + vectorize, or fixed)." +
+            + how_note +
             "".join(f" {c} {w} does not build: {m}." for (c, w), m in failed.items()) +
             load_note())
     print(machine_description())
@@ -251,4 +312,9 @@ def main(rounds=ROUNDS):
 
 
 if __name__ == "__main__":
-    main(2 if "--quick" in sys.argv else ROUNDS)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 rounds instead of 5")
+    ap.add_argument("--search", type=float, metavar="SECONDS",
+                    help="also search the conv2d's dX and dW graphs this long each")
+    a = ap.parse_args()
+    main(2 if a.quick else ROUNDS, a.search)
