@@ -107,9 +107,9 @@ def test_border_guard_of_stride1_conv_becomes_zero_padding(rng):
     ops_ = _stages([dX, dW])
     gather = [op for n, op in ops_.items() if "_grad_gather_padded_" in n]
     assert len(gather) == 1 and gather[0].tag == "gradient_gather"
+    assert dX.op is gather[0]     # defined over X's shape: no copy of the padded interior
     body = repr(gather[0].body[0])
     assert "head_zero_padded" in body and "where" not in body and "2 - ry" in body
-    assert [int(d.value) for d in ops_["head_zero_padded"].output(0).shape] == [1, 3, 11, 10]
     text = str(te.lower(te.create_schedule([dX, dW]), [X, W, head, dX, dW]))
     assert "for ry in range(0, 3)" in text and "min(" not in text
     _check(Y, [X, W], [_rand(rng, 1, 2, 7, 6), _rand(rng, 3, 2, 3, 3)])

@@ -88,8 +88,9 @@ assert np.abs(w - true_w).max() < 0.05 and abs(sc[0] - 1.5) < 0.05
 # Stride 2, padding 1 (a padded producer, as ``tedsl.ops.conv2d_nchw`` builds it).  The
 # adjoint of the padded input is a gather over the output positions that read each element:
 # isl turns ``h = 2 * y + ry`` into a loop over ``y`` with floor bounds, one or two rows per
-# input row, and no guard.  The input's adjoint then reads the interior of that buffer, and the
-# weight's adjoint is a reduction over the batch and the output positions.
+# input row, and no guard.  The input's adjoint is the interior of that adjoint, so the gather
+# is defined over the input's own shape (shifted by the padding) and writes ``Xc``'s adjoint
+# directly; the weight's adjoint is a reduction over the batch and the output positions.
 from tedsl import ops  # noqa: E402
 
 Xc = te.placeholder((1, 8, 14, 14), "float32", name="Xc")

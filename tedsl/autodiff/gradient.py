@@ -15,11 +15,16 @@ loads of ``X[i] * X[i]`` are one group) and turns the adjoint of that read into
   (tag ``gradient_scatter_serial``): the same sum over the reader's whole domain with the
   index equality as a guard.  Factors of the summand that do not depend on the sum's axes
   multiply the sum once per element, in the accumulation stage (see ``factor``).
+
+When a tensor's whole adjoint is a window of a gather stage that nothing else reads (the input
+of a padding stage: the interior of the padded tensor's adjoint), that gather is defined over
+the tensor's own shape instead (``_shifted_gather``): no reduction over the padding, no copy.
 """
 from ..errors import DefinitionError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.functor import substitute
+from ..ir.simplify import linear, simplify
 from ..te.graph import post_order
 from ..te.operation import compute
 from ..te.reducer import sum as rsum
@@ -118,7 +123,20 @@ class _Namer:
         return n
 
 
-def _gather_stage(X, xvars, free, body, where, name, tag):
+class _Made:
+    """What one ``gradient`` call has built: the zero-padded adjoint copies (by tensor and
+    padding), each gather stage's definition and how many contributions read it."""
+
+    def __init__(self):
+        self.pads, self.gathers, self.reads = {}, {}, {}
+
+
+def _gather_stage(X, xvars, free, body, where, name, tag, made=None):
+    if made is not None:
+        G = _gather_stage(X, xvars, free, body, where, name, tag)
+        made.gathers[id(G.op)] = (xvars, free, body, where, name, tag)
+        return G
+
     def fcompute(*axes):
         vm = dict(zip(xvars, axes))
         new = [E.IterVar(v, substitute(lo, vm), substitute(hi, vm), "reduce")
@@ -128,7 +146,7 @@ def _gather_stage(X, xvars, free, body, where, name, tag):
     return compute(X.shape, fcompute, name=name, tag=tag)
 
 
-def _backprop(op, v, head, needed, adjoints, namer, padded):
+def _backprop(op, v, head, needed, adjoints, namer, made):
     """Add the contributions of stage ``op``'s output ``v`` (adjoint ``head``) to the adjoints
     of the tensors it reads."""
     body = op.body[v]
@@ -151,9 +169,11 @@ def _backprop(op, v, head, needed, adjoints, namer, padded):
         d = derivative(src, lambda ld, ids=ids: id(ld) in ids, lambda c: _skey(c) in known)
         if d is None:
             continue
+        if head.tensor is not None:
+            made.reads[id(head.tensor.op)] = made.reads.get(id(head.tensor.op), 0) + 1
         val = mul(mul(hd, w) if w is not None else hd, d)
         where, form = plan.where, plan.form
-        pad = padded_read(op, plan, head, d, namer, padded) if w is None else None
+        pad = padded_read(op, plan, head, d, namer, made.pads) if w is None else None
         if pad is not None:                           # the border guard becomes zeros
             val, where, form = mul(pad, d), None, "gather_padded"
         if guard is not None:
@@ -169,7 +189,7 @@ def _backprop(op, v, head, needed, adjoints, namer, padded):
             val = flip_backward_taps(val, plan.free, substitute(pad, plan.subst), xvars)
         outer, val = split_invariant(val, [v for v, _, _ in plan.free], X, xvars)
         name = namer(f"{X.name}_grad_{form}_{op.name}")
-        G = _gather_stage(X, xvars, plan.free, val, where, name, f"gradient_{plan.form}")
+        G = _gather_stage(X, xvars, plan.free, val, where, name, f"gradient_{plan.form}", made)
         if outer is None:
             acc.tensors.append(G)
         else:               # the invariant factor once per element (0 where nothing reads X)
@@ -178,10 +198,37 @@ def _backprop(op, v, head, needed, adjoints, namer, padded):
                                               zero)))
 
 
-def _materialize(acc, X, namer):
+def _shifted_gather(acc, X, made):
+    """When ``X``'s adjoint is only a window of a gather stage that nothing else reads (the
+    interior of a padded input's adjoint), that gather defined over ``X``'s shape directly."""
+    if acc.head is not None or acc.tensors or len(acc.terms) != 1:
+        return None
+    xv, e = acc.terms[0]
+    if type(e) is E.Cast and e.dtype == X.dtype:
+        e = e.value
+    if type(e) is not E.TensorLoad or e.dtype != X.dtype or \
+            made.reads.get(id(e.tensor.op)) != 1 or id(e.tensor.op) not in made.gathers:
+        return None
+    gx, free, body, where, name, tag = made.gathers[id(e.tensor.op)]
+    shift = {}
+    for g, x, i in zip(gx, xv, e.indices):
+        lin = linear(simplify(i))
+        if lin is None or [(k is x, c) for k, c in lin[0].items()] != [(True, 1)]:
+            return None
+        shift[g] = E.binary("add", g, lin[1]) if lin[1] else g
+    sub = lambda t: simplify(substitute(t, shift)) if t is not None else None  # noqa: E731
+    return _gather_stage(X, gx, [(v, sub(lo), sub(hi)) for v, lo, hi in free], sub(body),
+                         sub(where), name, tag)
+
+
+def _materialize(acc, X, namer, made):
     """The adjoint of ``X`` as one tensor."""
     if acc is not None and not acc.terms and len(acc.tensors) == 1 and acc.head is None:
         return acc.tensors[0]
+    if acc is not None:
+        G = _shifted_gather(acc, X, made)
+        if G is not None:
+            return G
 
     def fcompute(*axes):
         out = None
@@ -243,7 +290,7 @@ def gradient(output, inputs, head=None):
             if _key(t) in want or (deps and not isinstance(op, PlaceholderOp)):
                 needed.add(_key(t))
     namer = _Namer()
-    adjoints, padded = {}, {}
+    adjoints, made = {}, _Made()
     top = _Adjoint(output)
     top.head = _Head(head, output.dtype)
     adjoints[_key(output)] = top
@@ -263,12 +310,12 @@ def gradient(output, inputs, head=None):
             if acc.head is not None and not acc.terms and not acc.tensors:
                 head_v = acc.head
             else:
-                acc.result = _materialize(acc, t, namer)
+                acc.result = _materialize(acc, t, namer, made)
                 head_v = _Head(acc.result)
-            _backprop(op, v, head_v, needed, adjoints, namer, padded)
+            _backprop(op, v, head_v, needed, adjoints, namer, made)
     out = []
     for t in inputs:
         acc = adjoints.get(_key(t))
         res = acc.result if acc is not None else None
-        out.append(res if res is not None else _materialize(acc, t, namer))
+        out.append(res if res is not None else _materialize(acc, t, namer, made))
     return out
