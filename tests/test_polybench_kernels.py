@@ -93,3 +93,33 @@ def test_reference_is_the_polybench_semantics():
                                        src[i + 1, j] + src[i - 1, j])
             dst[...] = new
     np.testing.assert_allclose(c.reference()[0], A, rtol=1e-12)
+
+
+def test_jacobi_chain_inlines_every_other_sweep():
+    """jacobi-2d, 2 steps (sweeps B1, A1, B2, A2): B1 is inlined into A1 (5 evaluations per
+    point), A1 is kept (inlined into B2 as well, B1 would run 25 times per point), B2 is
+    inlined into A2.  The knobs that exist only when another stage is inlined are in the
+    space, and the combinations reaching them are correct, none refused."""
+    c = case("jacobi-2d")
+    out = c.outs[0]
+    text = str(te.lower(te.auto_schedule(c.outs, params={}), c.args))
+    assert "A1 = allocate" in text
+    assert "B1 = allocate" not in text and "B2 = allocate" not in text
+    space = te.auto.sketch_space(c.outs)
+    assert space["A1.inline"] == [False, True]
+    assert "B2.inline" in space         # only when A1 is inlined into B2
+    every = {k: v[-1] for k, v in space.items()}
+    for params in [{}, every] + [{k: True} for k in space if k.endswith(".inline")]:
+        check_kernel(te.auto_schedule(out, params=params), c.args, c.inputs, c.reference(),
+                     rtol=2e-5, atol=1e-4, name=c.symbol)
+
+
+def test_inactive_knob_accepted_unknown_refused():
+    c = case("jacobi-2d")
+    plain = str(te.lower(te.auto_schedule(c.outs, params={}), c.args))
+    # B2 is inlined: its tile knob is inactive, the schedule the same
+    assert str(te.lower(te.auto_schedule(c.outs, params={"B2.tile_rows": 8}), c.args)) == plain
+    with pytest.raises(te.ScheduleError, match="unknown knob"):
+        te.auto_schedule(c.outs, params={"B2.tile_rowz": 8})
+    with pytest.raises(te.ScheduleError, match="unknown knob"):
+        te.auto_schedule(c.outs, params={"B9.tile_rows": 8})

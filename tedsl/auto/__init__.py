@@ -20,6 +20,8 @@ from ..te.tensor import Tensor
 
 __all__ = ["auto_schedule", "sketch_space"]
 
+MAX_FLIPS = 8       # structural knob values that sketch_space follows for the knobs they add
+
 
 def _outs(outs):
     if isinstance(outs, Tensor):
@@ -90,7 +92,7 @@ def auto_schedule(outs, target="llvm", *, params=None):
     outs = _outs(outs)
     tgt = _target(target)
     try:
-        s, _, knobs = _sketch(outs, tgt, params)
+        s, g, knobs = _sketch(outs, tgt, params)
     except TedslError:
         if params is not None:
             raise
@@ -100,14 +102,29 @@ def auto_schedule(outs, target="llvm", *, params=None):
             from ..schedule.schedule import create_schedule
             s = create_schedule(outs)
         return s
-    knobs.check_unknown()
+    from .rules import labels
+    knobs.check_unknown(set(labels(g.ops).values()))
     return s
 
 
 def sketch_space(outs, target="llvm"):
     """The knobs of ``auto_schedule`` for this graph: ``{name: [values]}``, the value the
-    analytic model picks first.  Every combination gives a legal schedule."""
+    analytic model picks first.  Every combination gives a legal schedule.
+
+    A knob that exists only under another value of a structural knob (the tiles of a stage
+    kept where the model inlines it) is listed too; it is inactive, and ignored, in the
+    combinations that do not reach it."""
     outs = _outs(outs)
     tgt = _target(target)
     _, _, knobs = _sketch(outs, tgt, None)
-    return {k: list(v) for k, v in knobs.space.items()}
+    space = {k: list(v) for k, v in knobs.space.items()}
+    flips = [(k, v) for k, vs in space.items() for v in vs[1:]
+             if isinstance(v, bool) or k.endswith(".vector_axis")]
+    for name, v in flips[:MAX_FLIPS]:
+        try:
+            _, _, alt = _sketch(outs, tgt, {name: v})
+        except TedslError:
+            continue
+        for k, vs in alt.space.items():
+            space.setdefault(k, list(vs))
+    return space

@@ -2,7 +2,11 @@
 
 1. ``inline``: injective stages that are not outputs are substituted into their consumers,
    except a packed layout copy read by a reduction, an expensive stage (a transcendental call)
-   read by several stages, a stencil producer, and a producer that a reduction reads through
+   read by several stages, a stencil producer (read at several offsets by its one
+   elementwise consumer, outside any ``if_then_else`` branch: attached to the consumer's
+   tiles by rule 5), a stencil that already holds an inlined stencil (a chain of sweeps
+   inlines every other one: inlining both would multiply the work, 25 evaluations of the
+   first of two 5-point sweeps per point), and a producer that a reduction reads through
    a sliding window (a convolution's padded input: each element is read by every tap and
    filter) (knob ``<stage>.inline`` flips each).
 2. ``rows``: an injective output whose row statistics are reductions over its trailing axis
@@ -22,7 +26,8 @@
    each row reduced in vector lanes (knob ``<stage>.row_reduce``).
 4. ``rfactor``: a reduction to a scalar (or to too few outputs to run in parallel) is split
    and factored so that its chunks run in parallel.
-5. ``stencil``: a kept stencil producer is computed per row tile of its consumer.
+5. ``stencil``: a kept stencil producer is computed per row tile of its consumer when it
+   has only that one (else at the root, by the fallback).
 6. ``fallback``: every stage still at the root gets vectorized inner and parallel outer
    loops where that is legal (scan stages included), so every te program gets a parallel,
    vectorized schedule that is valid for every size.
@@ -37,6 +42,8 @@ from .graph import const_int, has_call, loads_of, numel, same_dim
 from .pack import cache_write_as, pack_dim, pack_operand
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
+KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_cols",
+         "unroll_k", "pack", "pack_rows", "order", "fuse_consumer")     # every knob of a stage
 
 
 class Knobs:
@@ -61,8 +68,13 @@ class Knobs:
             return v
         return default
 
-    def check_unknown(self):
-        bad = sorted(k for k in self.params if k not in self.space)
+    def check_unknown(self, stages=()):
+        """Refuse knobs no rule knows.  A knob of a stage of this graph (``<stage>.<kind>``)
+        that the sketch chosen does not use is inactive, not unknown: ``B.tile_rows`` means
+        nothing once ``B.inline`` is True, and a search that sets both gets the inlined
+        schedule."""
+        bad = sorted(k for k in self.params if k not in self.space and
+                     not (k.rpartition(".")[0] in stages and k.rpartition(".")[2] in KINDS))
         if bad:
             raise ScheduleError(f"auto_schedule: unknown knob(s) {', '.join(map(repr, bad))}; "
                                 f"the knobs of this graph are {sorted(self.space)} "
@@ -195,6 +207,7 @@ class Sketch:
         self.label = labels(g.ops)
         self.inlined = set()
         self.kept = {}          # id(op) -> why an injective stage is not inlined
+        self.deep = set()       # ids of stages holding an inlined stencil (its work repeated)
         self.done = set()       # ids of ops whose stage a rule has scheduled
 
     def lanes(self, op):
@@ -232,12 +245,20 @@ class Sketch:
             elif any(g.kind(c) == "reduction" and g.is_window_read(c, op) for c in cons):
                 why = "window"
             elif len(cons) == 1 and g.kind(cons[0]) == "injective" and \
-                    g.is_stencil_read(cons[0], op) and len(g.loads(op)) >= 2 and \
-                    len(op.axis) >= 1:
+                    g.is_stencil_read(cons[0], op) and not g.is_guarded_read(cons[0], op) and \
+                    len(g.loads(op)) >= 2 and len(op.axis) >= 1:
+                why = "stencil"
+            elif id(op) in self.deep and \
+                    any(g.kind(c) == "injective" and g.is_stencil_read(c, op) for c in cons):
+                # a stencil already holding an inlined stencil, read at several offsets: one
+                # more level of inlining would multiply the work again (25x for two sweeps)
                 why = "stencil"
             if why is not None and not self.k(f"{self.label[id(op)]}.inline", False, [True]):
                 self.kept[id(op)] = why
                 continue
+            for c in cons:
+                if id(op) in self.deep or g.is_stencil_read(c, op):
+                    self.deep.add(id(c))
             self.s[op].compute_inline()
             self.inlined.add(id(op))
 
