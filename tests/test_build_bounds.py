@@ -161,3 +161,27 @@ def test_fused_gemm_tile_keeps_full_tiles(rng, n):
     a, b = rand(rng, (n, n)), rand(rng, (n, n))
     check_kernel(s, [A, B, C], [a, b], [(a.astype(np.float64) @ b).astype(np.float32)],
                  rtol=1e-4)
+
+
+def test_tile_of_split_vector_loop_with_two_tails(rng):
+    """Fuzz seed 401 case 45: a vectorized loop split by 16 over a symbolic extent, then its
+    outer and inner loops tiled by 32 and 5 (16 = 3 * 5 + 1: a second tail inside each tile).
+    The full-tile cut took the vector loop's largest trip count from isl's parametric
+    maximum (minutes); it is the loop's own extent, checked against the tiles that reach it."""
+    n = te.var("n")
+    A = te.placeholder((n, n, n), "float32", name="A")
+    T1 = te.compute((n, n, n), lambda i, j, l: te.sigmoid(A[i, j, l]), name="T1")
+    T2 = te.compute((n, n, n), lambda i, j, l: te.sigmoid(T1[i, j, l]), name="T2")
+    s = te.create_schedule([T2])
+    l_o, l_i = s[T1].split(T1.op.axis[2], factor=16)
+    s[T1].vectorize(l_i)
+    l_o2, l_i2 = s[T2].split(T2.op.axis[2], factor=8)
+    s[T1].tile(l_o, l_i, 32, 5)
+    s[T2].reorder(l_o2, l_i2, T2.op.axis[1])
+    loops, stores, chars = _shape(s, [A, T2])
+    assert loops <= 40 and stores <= 12, (loops, stores, chars)
+    for nv in (6, 19):
+        a = rand(rng, (nv, nv, nv), "float32", -1.5, 1.5)
+        sig = lambda x: 1.0 / (1.0 + np.exp(-x))   # noqa: E731
+        check_kernel(s, [A, T2], [a], [sig(sig(a.astype(np.float64))).astype(np.float32)],
+                     rtol=1e-5, atol=2e-6)
