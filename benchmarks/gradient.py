@@ -1,8 +1,9 @@
 """Backward passes from ``te.gradient`` against PyTorch's autograd on the CPU, interleaved.
 
 * conv2d NCHW, 1×64×56×56, 64 filters 3×3, padding 1 (``tedsl.ops.conv2d_nchw``): both
-  gradients, dX (a gather stage over the padded input: a transposed convolution whose loop
-  bounds isl derived from the preimage of each element) and dW, in one module;
+  gradients, dX (a gather stage: a transposed convolution over a zero-padded copy of the
+  output's adjoint, the preimage of each element from isl having only a border guard) and dW,
+  in one module;
   PyTorch: ``torch.autograd.grad(y, [x, w], head)`` of ``F.conv2d`` (oneDNN).
 * layer_norm over the last axis of a 2048×1024 matrix with gamma and beta
   (``tedsl.ops.layer_norm``): dX, dgamma, dbeta; PyTorch: ``F.layer_norm``'s autograd.
