@@ -13,6 +13,7 @@ import pytest
 
 import tedsl as te
 from conftest import SEED, check_kernel, poisoned
+from tedsl.auto import sketch_space
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
@@ -105,7 +106,7 @@ def test_jacobi_chain_inlines_every_other_sweep():
     text = str(te.lower(te.auto_schedule(c.outs, params={}), c.args))
     assert "A1 = allocate" in text
     assert "B1 = allocate" not in text and "B2 = allocate" not in text
-    space = te.auto.sketch_space(c.outs)
+    space = sketch_space(c.outs)
     assert space["A1.inline"] == [False, True]
     assert "B2.inline" in space         # only when A1 is inlined into B2
     every = {k: v[-1] for k, v in space.items()}
@@ -123,3 +124,17 @@ def test_inactive_knob_accepted_unknown_refused():
         te.auto_schedule(c.outs, params={"B2.tile_rowz": 8})
     with pytest.raises(te.ScheduleError, match="unknown knob"):
         te.auto_schedule(c.outs, params={"B9.tile_rows": 8})
+
+
+def test_covariance_triangle_not_fused_into_its_mirrored_reader():
+    """cov reads upper[a, b] and, below the diagonal, upper[b, a]: upper keeps its own
+    register tiles (fused into cov's tiles, each mirrored tile would be recomputed: 16x slower
+    at 1200x1000); a consumer reading in place (dense + relu) still takes them."""
+    c = case("covariance")
+    space = sketch_space(c.outs)
+    assert "upper.tile_rows" in space and "upper.fuse_consumer" not in space
+    text = str(te.lower(te.auto_schedule(c.outs, params={}), c.args))
+    assert 'upper = allocate(float32[17, 17], scope="global")' in text   # not cov's local
+    from tedsl import ops
+    X, W = te.placeholder((20, 24), name="X"), te.placeholder((40, 24), name="W")
+    assert "dense.fuse_consumer" in sketch_space(ops.relu(ops.dense(X, W)))

@@ -15,8 +15,9 @@
 3. ``tile``: every other reduction with an output axis gets multi-level tiling: a register tile
    of ``tile_rows`` x ``tile_cols`` (rows along the axis with the most reuse, columns along
    the contiguous last axis, vectorized) accumulated via ``cache_write`` (or inside its
-   elementwise consumer, fused: bias, activation), the innermost reduction loop split and
-   unrolled, the reused operand packed into panels when its stride along the columns hurts,
+   elementwise consumer, fused: bias, activation; not one that reads it mirrored, as a
+   symmetric matrix's lower half ``upper[j, i]``, which would recompute the mirrored tiles),
+   the innermost reduction loop split and unrolled, the reused operand packed into panels when its stride along the columns hurts,
    and the tile loops in the order the footprint model prefers, one of them parallel.  When
    the last axis is short and no whole number of vectors (a convolution's output rows) the
    columns run along another axis of whole vectors that the reused operand indexes plainly
@@ -639,9 +640,35 @@ class Sketch:
         if g.kind(u) != "injective" or id(u) in self.done or len(u.outputs) != 1 or \
                 len(u.shape) != len(op.shape) or \
                 not all(same_dim(x, y) for x, y in zip(u.shape, op.shape)) or \
-                self.kept.get(id(u)) is not None:
+                self.kept.get(id(u)) is not None or not self.reads_in_place(u, op):
             return op
         return u
+
+    def reads_in_place(self, u, op):
+        """Every read of ``op`` by ``u`` is at ``u``'s own point (``op[i, j]`` in ``u[i, j]``):
+        a mirrored read (``op[j, i]``, a symmetric matrix's other triangle) in ``u``'s tiles
+        would recompute ``op``'s tiles there."""
+        return self._in_place(u, op) is True
+
+    def _in_place(self, u, op):
+        """True / False as ``reads_in_place``, looking through inlined stages; None when
+        ``u`` does not read ``op``."""
+        found = None
+        for ld in self.g.loads(u):
+            p = ld.tensor.op
+            if p is not op:
+                if id(p) not in self.inlined:
+                    continue
+                inner = self._in_place(p, op)
+                if inner is None:
+                    continue        # an inlined stage that does not read op
+                if inner is False:
+                    return False
+            if len(ld.forms) != len(u.axis) or \
+                    any(ld.forms[d] != {a.var: 1} for d, a in enumerate(u.axis)):
+                return False
+            found = True
+        return found
 
     # 4 -----------------------------------------------------------------------------------------
     def rfactor(self, op):
