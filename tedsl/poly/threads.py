@@ -61,6 +61,13 @@ def _text(e, name):
     raise NotAffine(e)
 
 
+def _stride(v, lo, step):
+    """isl text of ``v = lo + step * k`` for some integer ``k``.  The existential is
+    parenthesised: unparenthesised, ``exists k:`` reaches to the end of the conjunction, and
+    a second one (two strided loops) was a syntax error."""
+    return f"exists (k: {v} = {lo} + {int(step)} * k)"
+
+
 class LoopNest:
     """The integer points of a loop nest: ``context`` lists, outermost first, loop ranges
     ``(var, lo, hi, step)`` (``lo <= var < hi``, ``var = lo + step * k``), definitions
@@ -130,7 +137,7 @@ class LoopNest:
         self._add(lambda: f"{v} >= {self._bound(lo, False)}")
         self._add(lambda: f"{v} < {self._bound(hi, True)}")
         if step != 1:
-            self._add(lambda: f"exists k: {v} = {self._t(lo)} + {int(step)} * k")
+            self._add(lambda: _stride(v, self._t(lo), step))
 
     def _trips(self, lo, hi, step):
         """The set ``{ [dims..., t] }``: ``t`` runs over the iteration numbers of a loop
@@ -303,7 +310,7 @@ def may_race(a, b, tags, block, sizes=()):
                     bound.add(tag)
                     add(lambda: f"{name(var)} = {_text(lo, name)} + {int(step)} * {t[tag]}")
                 elif step != 1:
-                    add(lambda: f"exists k: {name(var)} = {_text(lo, name)} + {int(step)} * k")
+                    add(lambda: _stride(name(var), _text(lo, name), step))
         for tag, n in zip(tags, block):
             cons.append(f"0 <= {t[tag]} < {n}")
             if tag not in bound and acc.write:
