@@ -53,20 +53,14 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   register tile keeps the triangle's conditions inside its unrolled and vectorized loops
   (tested per row and per vector of every tile, diagonal or not).  Missing: split the
   triangle into full tiles (no condition) and diagonal tiles, as the GEMM rule already
-  separates full and partial edge tiles.  covariance also fuses the triangle into its
-  mirrored consumer (`cov[i, j] = upper[j, i]` below the diagonal), which recomputes
-  mirrored tiles: a consumer that reads the anchor through a permuted index should not take
-  it into its tiles.  The same covariance written as the full square `sum_k cen[k, i] *
-  cen[k, j]` (twice the operations) is scheduled as a GEMM and runs an order of magnitude
-  faster.
+  separates full and partial edge tiles.  (covariance's triangle is no longer fused into its
+  mirrored consumer `cov[i, j] = upper[j, i]`, which recomputed the mirrored tiles.)
 - **jacobi-2d** (full-size stages whose borders copy the previous array, `if_then_else` of an
   affine condition on the axes): the condition is tested per element inside the vectorized
-  loop; missing: split the domain by the condition (interior without a test, border pieces).
-  With 2 steps (4 stages) the first two stages are inlined into the third although each is
-  read at 5 offsets, so that the third evaluates the first sweep 25 times per point (the third
-  is attached to the last one's row tiles); missing: inline a producer read at several
-  offsets only when the cost model says so, else attach the chain of stencil stages to the
-  consumer's tiles (overlapped tiling) or compute each at the root.
+  loop and the border array is read for every element; missing: split the domain by the
+  condition (interior without a test, border pieces), a change to isl's statement domains.
+  The chain of sweeps now inlines every other one (5 evaluations per point, not 25) and
+  keeps the others as whole stages.
 - **atax, bicg** (two reductions over the same matrix, one along rows and one along
   columns): each reduction streams the matrix on its own (twice the memory traffic of one
   pass); missing: a rule that fuses reductions sharing a large operand into one pass over
@@ -164,6 +158,7 @@ def main(argv=None):
     p.add_argument("--no-search", action="store_true", help="zero-search auto_schedule only")
     p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
     p.add_argument("--results", default=None, help="the results file (default RESULTS.md)")
+    p.add_argument("--note", default="", help="a sentence added to the note (the machine's load)")
     opts = p.parse_args(argv)
     names = opts.kernels or list(SIZES)
     unknown = [n for n in names if n not in SIZES]
@@ -200,7 +195,7 @@ def main(argv=None):
             "(`gcc -O3 -march=native -fopenmp`, `omp parallel for` on the outer loops, an "
             "array reduction where atax/bicg accumulate across rows).  `tedsl vs best peer`: "
             "the faster peer's time over the faster tedsl schedule's (above 1: tedsl is "
-            f"faster).{gcc_note}")
+            f"faster).{gcc_note}" + (f"  {opts.note}" if opts.note else ""))
     if notes:
         note += "\n\n" + "\n".join(f"- {n}" for n in notes)
     if not opts.no_write:
