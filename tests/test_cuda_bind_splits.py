@@ -167,3 +167,37 @@ def test_races_between_accesses_under_two_strided_loops():
     assert may_race(write, other, ("threadIdx.x",), (4,))
     assert not may_race(write, Access(buf, [E.binary("add", E.binary("mul", t, c(16)), c(2))],
                                       ctx[:1], False), ("threadIdx.x",), (4,))
+
+
+# -- a shared producer attached at a thread loop ---------------------------------------------
+
+@pytest.mark.parametrize("order", ["bind_first", "attach_first"])
+def test_shared_producer_at_a_thread_loop_is_written_once(backend, order):
+    """P attached at a loop bound to threadIdx.y, its region relaxed over the block (shared
+    scope): every thread of the axis would write the same elements at once (a write-write
+    race the emulator reports); thread 0 computes them, the others read after a barrier."""
+    A = te.placeholder((33,), "float32", name="A")
+    P = te.compute((33,), lambda i: A[i] * 2, name="P")
+    B = te.compute((33,), lambda i: P[i] + 1, name="B")
+    s = te.create_schedule(B)
+    o, i = s[B].split(B.op.axis[0], nparts=4)
+    io, ii = s[B].split(i, factor=8)
+    s[B].reorder(o, ii, io)
+
+    def bind():
+        s[B].bind(o, te.thread_axis("blockIdx.y"))
+        s[B].bind(io, te.thread_axis("threadIdx.y"))
+
+    def attach():
+        s[P].set_scope("shared")
+        s[P].compute_at(s[B], io)
+    for step in ((bind, attach) if order == "bind_first" else (attach, bind)):
+        step()
+    mod = backend(s, [A, B], name="shared_at_thread")
+    src = mod.get_source("cuda")
+    assert "threadIdx.y == 0" in src and "__syncthreads();" in src
+    assert mod.kernels[0].kernel.block == (1, 2, 1)
+    a = np.random.default_rng(3).standard_normal(33).astype(np.float32)
+    b = te.nd.array(np.full(33, np.nan, np.float32), device=te.cuda(0))
+    mod(te.nd.array(a, device=te.cuda(0)), b)
+    np.testing.assert_allclose(b.numpy(), a * 2 + 1, rtol=1e-6)

@@ -33,7 +33,10 @@ Rules, in the order the passes apply them:
   combined across the threads by a shared-memory tree (:class:`CrossThreadReduce`), then
   stored by the first thread.
 * Stores to shared or global memory that no loop of some ``threadIdx`` axis covers are made
-  by the thread with index 0 on that axis only.
+  by the thread with index 0 on that axis only; so are those inside such a loop that use
+  nothing varying with it, under control flow that does not either (a shared producer
+  attached at a thread loop computes the region of the whole block: every thread would
+  write the same elements at once).
 * ``__syncthreads()`` (a ``Barrier``) goes where a dependence through shared memory crosses
   the threads of a block: before a statement whose access may touch an element that another
   thread accessed since the last barrier, one of them writing (isl decides over the exact
@@ -669,17 +672,26 @@ def _nodes(e):
     return out
 
 
-def _bind(s, block, guard, covered):
+def _bind(s, block, guard, covered, same=None):
     """Replace bound loops by their index (plus a guard where needed); make stores that some
-    threadIdx axis does not cover run on the thread with index 0 on that axis."""
+    threadIdx axis does not cover run on the thread with index 0 on that axis.
+
+    ``same`` maps a threadIdx tag to the variables that vary with the loop bound to it, for
+    the loops inside which every thread of that axis has run the same control flow: a store
+    to shared or global memory there that uses none of them (a producer attached at a thread
+    loop, whose region covers the whole block) would be made by every thread alike, one
+    element written by several threads at once, so it is made by index 0 only."""
+    same = {} if same is None else same
     t = type(s)
     if t is N.For and s.kind == "thread":
         tag = s.thread_tag
         if tag == "vthread":
             return s.replace(kind="unrolled", thread_tag="",
-                             body=_bind(s.body, block, guard, covered))
-        inner = covered | {tag} if tag in THREAD_TAGS else covered
-        body = _bind(s.body, block, guard, inner)
+                             body=_bind(s.body, block, guard, covered, same))
+        inner, inner_same = covered, same
+        if tag in THREAD_TAGS:
+            inner, inner_same = covered | {tag}, {**same, tag: frozenset((s.var,))}
+        body = _bind(s.body, block, guard, inner, inner_same)
         idx = E.cast(INDEX[tag], s.var.dtype)
         value = simplify(E.binary("add", s.lo, E.binary("mul", idx, E.Const(s.step,
                                                                               s.var.dtype))))
@@ -689,7 +701,9 @@ def _bind(s, block, guard, covered):
     if t is N.Store:
         if s.buffer.scope == "local":
             return s
-        free = [tg for tg, n in zip(THREAD_TAGS, block) if n > 1 and tg not in covered]
+        used = set(free_vars(s.value)).union(*(free_vars(i) for i in s.indices))
+        free = [tg for tg, n in zip(THREAD_TAGS, block) if n > 1 and (
+            tg not in covered or tg in same and not used & same[tg])]
         if not free:
             return s
         cond = E.Const(True, "bool")
@@ -697,12 +711,30 @@ def _bind(s, block, guard, covered):
             cond = E.logical("and", cond, E.compare("eq", INDEX[tg], E.Const(0, "int32")))
         return N.IfThen(cond, s)
     if t is CrossThreadReduce:
-        return _expand_reduce(s, _bind(s.body, block, guard, covered),
-                              _bind(s.epilogue, block, guard, covered), block)
+        return _expand_reduce(s, _bind(s.body, block, guard, covered, same),
+                              _bind(s.epilogue, block, guard, covered, same), block)
     kids = children(s)
     if not kids:
         return s
-    return with_children(s, [_bind(k, block, guard, covered) for k in kids])
+    same = _same_inside(s, same)
+    return with_children(s, [_bind(k, block, guard, covered, same) for k in kids])
+
+
+def _same_inside(s, same):
+    """``same`` (see :func:`_bind`) for the children of ``s``: a variable defined from a
+    thread-varying one varies too; a loop bound or a condition that varies makes the
+    threads' control flow differ."""
+    t = type(s)
+    used = set(free_vars(s.value)) if t is N.LetStmt else \
+        set(free_vars(s.lo) + free_vars(s.hi)) if t is N.For else \
+        set(free_vars(s.cond)) if t is N.IfThen else set()
+    out = {}
+    for tag, vs in same.items():
+        if not used & vs:
+            out[tag] = vs
+        elif t is N.LetStmt:
+            out[tag] = vs | {s.var}
+    return out
 
 
 def _expand_reduce(s, body, epilogue, block):
