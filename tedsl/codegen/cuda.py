@@ -29,7 +29,7 @@ from ..ir import expr as E
 from ..ir.functor import free_vars, walk
 from ..ir.simplify import simplify
 from ..tir import nodes as N
-from ..transform.lower_threads import INDEX, THREAD_TAGS
+from ..transform.lower_threads import INDEX, THREAD_TAGS, alloc_elems
 from . import cuda_mma
 from .cuda_expr import (INT32, P_UNARY, CExprPrinter, affine, canonical, children,
                         index_like, interval, literal, multiple_of, stype, vtype)
@@ -295,9 +295,8 @@ class KernelPrinter(CExprPrinter):
 
     def _s_Allocate(self, s):
         buf = s.buffer
-        size = int(simplify(buf.size()).value)
         ctype = vtype(buf.dtype)
-        self.line(f"{ctype} {self.buf_name(buf)}[{max(1, size)}];")
+        self.line(f"{ctype} {self.buf_name(buf)}[{alloc_elems(buf)}];")
         self.stmt(s.body)
 
     def _s_For(self, s):
@@ -411,9 +410,8 @@ class KernelPrinter(CExprPrinter):
     def emit(self):
         k = self.kernel
         for buf in k.shared:
-            size = max(1, int(simplify(buf.size()).value))
             self.line(f"__shared__ __align__(16) {stype(buf.dtype)} {self.buf_name(buf)}"
-                      f"[{size}];")
+                      f"[{alloc_elems(buf)}];")
         self.stmt(k.body)
         body = self.lines
         func = self.program.func

@@ -55,7 +55,7 @@ from ..poly.threads import Access, LoopNest, may_race
 from ..tir import nodes as N
 from ..tir.functor import map_exprs
 from .thread_analysis import (CrossThreadReduce, accesses, affine, canonical, children,
-                              rewrite, walk_stmts, with_children)
+                              interval, rewrite, walk_stmts, with_children)
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -100,6 +100,19 @@ class DeviceProgram:
 
     def __init__(self, func, kernels, workspaces):
         self.func, self.kernels, self.workspaces = func, kernels, workspaces
+
+
+def alloc_elems(buf):
+    """The number of elements to declare for a kernel-local ``buf``: its size, or for a
+    symbolic size its constant upper bound (``min(16, n)`` declares 16; sizes and loop
+    variables are non-negative); None where the size has no constant bound."""
+    size = simplify(buf.size())
+    if isinstance(size, E.Const):
+        return max(1, int(size.value))
+    hi = interval(size, {v: (0, None) for v in free_vars(size)})[1]
+    if hi is None or hi >= dt.max_value("int32"):     # only a size variable's range bounds it
+        return None
+    return max(1, int(hi))
 
 
 def _is_bound(s, tags):
@@ -181,15 +194,15 @@ def _lower_kernel(func, s, name):
                 if not any(b is x.buffer for b in shared):    # declared once per kernel
                     shared.append(x.buffer)
                 return x.body
-            size = simplify(x.buffer.size())
-            if not isinstance(size, E.Const):
+            if alloc_elems(x.buffer) is None:
                 raise ScheduleError(
-                    f"local buffer {x.buffer.name} has the symbolic size {expr_str(size)}; "
-                    "local arrays need constant sizes: split the loops it is computed at so "
-                    "that the region they cover is constant")
+                    f"local buffer {x.buffer.name} has the symbolic size "
+                    f"{expr_str(simplify(x.buffer.size()))} with no constant bound; local arrays "
+                    "need constant sizes: split the loops it is computed at so that the region "
+                    "they cover is bounded by a constant")
         return None
     s = rewrite(s, hoist)
-    nbytes = sum(int(simplify(b.size()).value) * dt.itemsize(b.dtype) for b in shared)
+    nbytes = sum(alloc_elems(b) * dt.itemsize(b.dtype) for b in shared)
     if nbytes > SHARED_LIMIT:
         raise ScheduleError(
             f"{name} declares {nbytes} bytes of shared memory ({', '.join(b.name for b in shared)})"
@@ -312,10 +325,11 @@ def _check_scopes(s):
                     f"compute {buf.name} at a loop outside the threadIdx loops (e.g. the "
                     "reduction loop of a block-level stage whose own loops are bound to "
                     "threadIdx), or use scope 'local'")
-            if not isinstance(simplify(buf.size()), E.Const):
+            if alloc_elems(buf) is None:
                 raise ScheduleError(f"shared buffer {buf.name} has the symbolic size "
-                                    f"{expr_str(simplify(buf.size()))}; shared memory needs a "
-                                    "constant size (split the loops it is computed at)")
+                                    f"{expr_str(simplify(buf.size()))} with no constant bound; "
+                                    "shared memory needs a constant size (split the loops it is "
+                                    "computed at)")
     walk_stmts(s, visit)
 
 
