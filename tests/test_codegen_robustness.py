@@ -481,3 +481,28 @@ def test_vectorized_tail_of_one_lane_is_a_plain_loop(rng):
             ref += np.einsum("fc,fyx->cyx", w[:, :, ky, kx],
                              hp[:, 2 - ky:30 - ky, 2 - kx:30 - kx])
     np.testing.assert_allclose(out[0], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_vectorized_loop_run_as_scalar_code_stays_a_loop(rng):
+    """A vectorized loop holding another loop runs as scalar code (with a warning); it stays a
+    loop for LLVM (``llvm.loop.unroll.disable``): copied once per lane, each copy's inner loop
+    was vectorized on its own, and 16 unrolled rows of a 12-lane loop took 30 s to compile
+    (seed 401, case 960)."""
+    n = te.var("n")
+    A = te.placeholder((n, 12, n), "int32", name="A")
+    B = te.placeholder((n, 12, n), "int32", name="B")
+    T = te.compute((n, 12, n), lambda i, j, l: A[i, j, l] + B[i, j, l], name="T")
+    s = te.create_schedule(T)
+    io, ii = s[T].split(T.op.axis[0], factor=16)
+    jo, ji = s[T].split(T.op.axis[1], factor=32)
+    s[T].unroll(ii)
+    s[T].vectorize(ji)
+    with pytest.warns(UserWarning, match=r"loop j.inner of main holds a loop .* scalar code"):
+        f = te.build(s, [A, B, T])
+    assert "llvm.loop.unroll.disable" in f.get_source("ll")
+    for size in (37, 5):
+        a = rng.integers(-4, 5, (size, 12, size)).astype("int32")
+        b = rng.integers(-4, 5, (size, 12, size)).astype("int32")
+        out = np.full((size, 12, size), np.iinfo("int32").min + 7, "int32")
+        f(a, b, out)
+        np.testing.assert_array_equal(out, a + b)

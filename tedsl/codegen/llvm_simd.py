@@ -52,7 +52,9 @@ class SimdEmitter:
                 warnings.warn(f"[tedsl.vectorize-scalar] loop {s.var.name} of {self.func.name} "
                               "holds a loop or an allocation; it runs as scalar code",
                               stacklevel=2)
-            return self._serial_loop(s, self.expr(s.lo), self.expr(s.hi))
+            # kept a loop: LLVM would copy the inner loops once per lane and vectorize each
+            # copy on its own (a 12-lane loop under 16 unrolled copies took 30 s to compile)
+            return self._serial_loop(s, self.expr(s.lo), self.expr(s.hi), no_unroll=True)
         if W > STRIP_FACTOR * self._machine_lanes(s.body):
             return self._strip_mined(s, self._machine_lanes(s.body))
         if isinstance(ext, E.Const) and ext.value == W:

@@ -188,7 +188,7 @@ class StmtEmitter(MemoryEmitter):
         lo, hi = self.expr(s.lo), self.expr(s.hi)
         self._serial_loop(s, lo, hi)
 
-    def _serial_loop(self, s, lo, hi):
+    def _serial_loop(self, s, lo, hi, no_unroll=False):
         b = self.b
         pre = b.block
         head = self.fn.append_basic_block(f"for.{s.var.name}")
@@ -205,7 +205,7 @@ class StmtEmitter(MemoryEmitter):
         nxt = b.add(i, ir.Constant(I64, s.step))
         i.add_incoming(nxt, b.block)
         back = b.branch(head)
-        if ("llvm.unroll", "disable") in tuple(s.annotations):
+        if no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations):
             back.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
         b.position_at_end(end)
         del self.vars[s.var]        # out of scope: never captured by a later parallel region
