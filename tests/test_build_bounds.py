@@ -185,3 +185,24 @@ def test_tile_of_split_vector_loop_with_two_tails(rng):
         sig = lambda x: 1.0 / (1.0 + np.exp(-x))   # noqa: E731
         check_kernel(s, [A, T2], [a], [sig(sig(a.astype(np.float64))).astype(np.float32)],
                      rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("n", [1, 5, 37, 300])
+def test_producer_attached_in_a_tile_of_a_tile(rng, n):
+    """Fuzz seed 201 case 9443: split by 8, tile (32, 3) of the two pieces, a producer attached
+    at the inner tile loop.  The attached region's extent has pieces with existential
+    variables; isl's parametric maximum of it ran for minutes.  Its largest constant piece (3)
+    bounds every piece, so that is the buffer's extent."""
+    N = te.var("n")
+    A = te.placeholder((N,), "int32", name="A")
+    B = te.placeholder((N,), "int32", name="B")
+    T1 = te.compute((N,), lambda i: A[i] * B[i], name="T1")
+    T2 = te.compute((N,), lambda i: te.if_then_else(T1[i] > 0, T1[i], 0 - T1[i]), name="T2")
+    s = te.create_schedule([T2])
+    s[T1].parallel(T1.op.axis[0])
+    io, ii = s[T2].split(T2.op.axis[0], factor=8)
+    ioo, iio, ioi, iii = s[T2].tile(io, ii, 32, 3)
+    s[T1].compute_at(s[T2], ioi)
+    assert "T1 = allocate(int32[3], " in str(te.lower(s, [A, B, T2]))
+    a, b = rand(rng, (n,), "int32"), rand(rng, (n,), "int32")
+    check_kernel(s, [A, B, T2], [a, b], [np.abs(a * b)])

@@ -208,6 +208,23 @@ def _empty_fill(pa, value):
                                    isl.Val.int_from_si(pa.get_ctx(), value))
 
 
+def _extent_max(ext):
+    """The largest value of ``ext`` over its domain, a function of the sizes (isl's parametric
+    maximum).  Where a piece that is not a constant lies in a set with existential variables
+    (a tile of a tile: the maximum can take isl minutes), and every piece is at most the
+    largest constant piece, that constant is the bound instead: exact once the sizes are
+    large enough for a full tile, and never too small."""
+    consts, others = [], []
+    for dom, aff in ext.get_pieces():
+        (consts if aff.is_cst() else others).append((dom, aff))
+    if consts and any(b.dim(isl.dim_type.div) for d, _ in others for b in d.get_basic_sets()):
+        w = max((a.get_constant_val() for _, a in consts), key=lambda v: v.to_python())
+        if ext.gt_set(isl.PwAff.val_on_domain(ext.domain(), w)).is_empty():
+            params = isl.Set.universe(ext.domain().params().get_space())
+            return isl.PwAff.val_on_domain(params, w)
+    return isl.Map.from_pw_aff(ext).range().dim_max(0)
+
+
 def attach_stage(program, pstage, statements, make_statements, counter):
     """Create the statements of ``pstage`` attached at ``pstage.attach_ivar`` of its target.
 
@@ -306,7 +323,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         lo = _empty_fill(rd.lexmin_pw_multi_aff().get_pw_aff(0), 0)
         hi = _empty_fill(rd.lexmax_pw_multi_aff().get_pw_aff(0), 0)
         ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
-        emax = _empty_fill(isl.Map.from_pw_aff(ext).range().dim_max(0), 1)
+        emax = _empty_fill(_extent_max(ext), 1)
         fp.lo.append(_pw_to_expr(lo, program, n_o, fp.o_vars))
         fp.extent.append(_pw_to_expr(emax, program, 0, []))
     # the producer's statements, with o as outer dimensions
