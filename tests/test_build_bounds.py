@@ -206,3 +206,36 @@ def test_producer_attached_in_a_tile_of_a_tile(rng, n):
     assert "T1 = allocate(int32[3], " in str(te.lower(s, [A, B, T2]))
     a, b = rand(rng, (n,), "int32"), rand(rng, (n,), "int32")
     check_kernel(s, [A, B, T2], [a, b], [np.abs(a * b)])
+
+
+def test_tile_of_fused_tile_loops_over_symbolic_sizes(rng):
+    """Fuzz seed 601 case 4914: a tile of a tile, three of its loops fused with a tile's inner
+    loop, reordered and tiled again, over symbolic sizes.  The vectorized loop's bounds had 37
+    pieces and isl's analysis for the full/partial cut took 14 s; a loop with that many pieces
+    keeps its run-time full/tail test instead (the lowered code still computes numpy's
+    result)."""
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n,), "float32", name="A")
+    T1 = te.compute((n, m), lambda i, j: A[i] * 2, name="T1")
+    k2 = te.reduce_axis((0, m), name="k")
+    T2 = te.compute((n,), lambda i: te.max(T1[i, k2], axis=k2), name="T2")
+    B = te.placeholder((m, m), "float32", name="B")
+    k3 = te.reduce_axis((0, m), name="k")
+    T3 = te.compute((n, m), lambda i, j: te.sum(T1[i, k3] * B[k3, j], axis=k3), name="T3")
+    s = te.create_schedule([T2, T3])
+    s[T2].tile(T2.op.axis[0], T2.op.reduce_axis[0], 3, 16)
+    jo, io, ji, ii = s[T3].tile(T3.op.axis[1], T3.op.axis[0], 5, 4)
+    s[T3].vectorize(ii)
+    joo, ioo, joi, ioi = s[T3].tile(jo, io, 3, 5)
+    s[T1].fuse(*T1.op.axis)
+    fused = s[T3].fuse(joi, ioi, ji)
+    s[T3].reorder(ioo, fused, ii, T3.op.reduce_axis[0], joo)
+    s[T3].tile(T3.op.reduce_axis[0], joo, 5, 5)
+    loops, stores, chars = _shape(s, [A, B, T2, T3])
+    assert loops <= 40 and chars < 20000, (loops, stores, chars)
+    for nv, mv in ((7, 9), (13, 4)):
+        a = rand(rng, (nv,))
+        b = rand(rng, (mv, mv))
+        t1 = np.repeat(a[:, None].astype(np.float64) * 2, mv, axis=1)
+        with pytest.warns(UserWarning, match="runs as scalar code"):
+            check_kernel(s, [A, B, T2, T3], [a, b], [t1.max(axis=1), t1 @ b], rtol=1e-5)

@@ -39,7 +39,9 @@ FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 1
          (101, 7253), (101, 8691), (101, 8757), (201, 2606), (201, 2975), (201, 3436),
          (201, 10250), (401, 45),
          # a parametric maximum over a tile of a tile; LLVM vectorizing per-lane copies
-         (201, 9443), (401, 960)]
+         (201, 9443), (401, 960),
+         # a vectorized loop whose bounds have 37 pieces: the full/partial cut's analysis
+         (601, 4914)]
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {}

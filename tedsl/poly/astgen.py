@@ -341,6 +341,9 @@ def _loop_extent(program, s, d):
     return None
 
 
+MAX_CUT_PIECES = 12     # a loop whose bounds have more pieces is not cut into full/partial
+
+
 def _loop_cuts(program, width):
     """``iv -> isl set of its full-tile values`` for every loop that bounds the trip count of a
     vectorized or unrolled loop below it (1-D sets over the loop's value and the sizes)."""
@@ -356,6 +359,9 @@ def _loop_cuts(program, width):
                                                       isl.dim_type.out, 0, d)
             lo = fiber.lexmin_pw_multi_aff().get_pw_aff(0)
             hi = fiber.lexmax_pw_multi_aff().get_pw_aff(0)
+            if lo.n_piece() * hi.n_piece() > MAX_CUT_PIECES:
+                continue        # bounds of many pieces (tiles of fused tiles): isl's extent
+                # analysis of them took seconds; the loop keeps its run-time full/tail test
             ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
             dom = ext.domain()
             w = _loop_extent(program, s, d)     # the loop's own extent, where it is reached
