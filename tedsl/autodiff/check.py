@@ -14,7 +14,7 @@ def _build(outputs, args, schedule=None):
     from ..schedule.schedule import create_schedule
     s = create_schedule(outputs)
     if schedule is not None:
-        schedule(s, outputs)
+        s = schedule(s, outputs) or s
     return build(s, args, target="llvm")
 
 
@@ -26,7 +26,8 @@ def check_gradient(output, inputs, values, head_value, others=(), other_values=(
 
     ``values`` are the arrays of ``inputs``, ``others`` tensors the output also reads (not
     differentiated, e.g. indices) with ``other_values``; ``head_value`` has the output's
-    shape.  ``schedule(s, grads)`` may schedule the gradient stages before they are built.
+    shape.  ``schedule(s, grads)`` may schedule the gradient stages before they are built
+    (or return another schedule of ``grads`` to build, e.g. ``te.auto_schedule(grads)``).
     """
     from ..te.operation import placeholder
     from .gradient import gradient

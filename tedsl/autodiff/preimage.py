@@ -49,15 +49,30 @@ class Plan:
     border: list = None    # (before, after) zeros per output axis when ``where`` is a border
 
 
+def within(lo, v, hi, names, dims, guards=None):
+    """isl texts of ``lo <= v < hi``.  A bound that is not quasi-affine (a size ``n * n``) is
+    left out; with ``guards`` it is added there as a condition instead (the domain stays
+    exact: the condition guards the reduction), without, the range is only loosened."""
+    out = []
+    for cmp, b in (("ge", lo), ("lt", hi)):
+        try:
+            t = aff(E.as_expr(b), names, dims)
+        except NotAffine:
+            if guards is not None:
+                guards.append(E.compare(cmp, v, b))
+            continue
+        out.append(f"{t} <= {names.name(v)}" if cmp == "ge" else f"{names.name(v)} < {t}")
+    return out
+
+
 def domain_constraints(op, names, dims):
     """isl texts of the stage's iteration domain and the non-affine ``where`` conjuncts."""
     cons, guards = [], []
     for a in op.axis:
-        cons.append(f"0 <= {names.name(a.var)} < {aff(a.end, names, dims)}")
+        cons += within(0, a.var, a.end, names, dims, guards)
     red = op.body[0] if op.is_reduction else None
     for r in op.reduce_axis:
-        v = names.name(r.var)
-        cons += [f"{aff(r.begin, names, dims)} <= {v}", f"{v} < {aff(r.end, names, dims)}"]
+        cons += within(r.begin, r.var, r.end, names, dims, guards)
     if red is not None and red.where is not None:
         for c in conjuncts(red.where):
             try:
@@ -179,7 +194,8 @@ def plan_read(op, indices, path_conds, X, xvars, extra_tensors=()):
     xn = [names.name(v) for v in xvars]
     pn = [names.name(v) for v in P]
     cons, guards = domain_constraints(op, names, dims)
-    cons += [f"0 <= {n} < {aff(d, names, dims)}" for n, d in zip(xn, X.shape)]
+    for v, d in zip(xvars, X.shape):
+        cons += within(0, v, d, names, dims)
     absorbed = []
     for c in path_conds:          # affine branch conditions restrict the fiber exactly
         try:
@@ -217,7 +233,7 @@ def plan_read(op, indices, path_conds, X, xvars, extra_tensors=()):
     env.update({names.name(v): new_vars[v] for v in free})
     pctx = isl.Set(f"[{params}] -> {{ : {' and '.join(ctx) or '1 = 1'} }}")
     build = isl.AstBuild.from_context(pctx)
-    box = [f"0 <= {n} < {aff(d, names, dims)}" for n, d in zip(xn, X.shape)]
+    box = [c for v, d in zip(xvars, X.shape) for c in within(0, v, d, names, dims)]
     ranges = []
     nx = len(xn)
     for j, v in enumerate(free):
@@ -238,7 +254,7 @@ def plan_read(op, indices, path_conds, X, xvars, extra_tensors=()):
                 f"te.gradient: the reads of {X.name} in {op.name} have a preimage whose range "
                 f"of {v.name} is piecewise; give {v.name} a range of constants and sizes")
         ranges.append((new_vars[v], lo_e, hi_e))
-        box.append(f"{aff(lo_e, names, dims)} <= {n} < {aff(hi_e, names, dims)}")
+        box += within(lo_e, v, hi_e, names, dims)
     box = isl.Set(f"[{params}] -> {{ [{', '.join(keep)}] : {' and '.join(box)} }}")
     G = S.gist(box.intersect_params(pctx)).coalesce()
     where = None
