@@ -157,7 +157,8 @@ def test_remembered_dataflow_equals_a_fresh_one():
 
 def test_a_loop_check_analyses_only_the_tensors_written_inside_it(monkeypatch, rng):
     """A dependence carried by a loop has a write inside it, so the check of a vectorized
-    consumer never computes the dataflow of a producer computed at the root."""
+    consumer never computes the dataflow of a producer computed at the root (nor, since the
+    memory conflicts come first, that of a tensor no two iterations touch alike)."""
     A = te.placeholder((64, 64), "float32", name="A")
     P = te.compute((64, 64), lambda i, j: A[i, j] * 2.0, name="P")
     C = te.compute((64, 64), lambda i, j: P[i, j] + P[i, 63 - j], name="C")
@@ -172,16 +173,23 @@ def test_a_loop_check_analyses_only_the_tensors_written_inside_it(monkeypatch, r
     monkeypatch.setattr(_deps, "tensor_flows", spy)
     _deps.clear_caches()
     s[C].vectorize(xi)
-    assert seen and all("T_C" in w and "T_P" not in w for w in seen)
+    assert all("T_C" in w and "T_P" not in w for w in seen)
     f = te.build(s, [A, C])
     a = rng.uniform(0.5, 1.5, (64, 64)).astype("float32")
     out = np.full((64, 64), np.nan, "float32")
     f(a, out)
     np.testing.assert_allclose(out, 2.0 * (a + a[:, ::-1]), rtol=1e-6)
-    # a producer written inside the vectorized loop is analysed (and its refusal kept)
-    s = te.create_schedule(C)
-    xo, xi = s[C].split(C.op.axis[1], factor=16)
-    s[P].compute_at(s[C], xi)
+    # a tensor that two iterations of the vectorized loop write and read is analysed (and
+    # its refusal kept)
+    s2 = te.create_schedule(C)
+    xo, xi = s2[C].split(C.op.axis[1], factor=16)
+    s2[P].compute_at(s2[C], xo)
     seen.clear()
-    s[C].vectorize(xi)
-    assert any("T_P" in w for w in seen)
+    s2[P].vectorize(s2[P].op.axis[1])
+    assert not seen     # each P[i, j] is written once: no dataflow
+    k = te.reduce_axis((0, 64), name="k")
+    R = te.compute((64,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    s3 = te.create_schedule(R)
+    with pytest.raises(te.DependenceError, match=r"s\[R\]\.vectorize\(k\)"):
+        s3[R].vectorize(k)
+    assert any("T_R" in w for w in seen)

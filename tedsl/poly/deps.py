@@ -369,21 +369,34 @@ class Analysis:
         self._name_tensors()
         written = {self.tnames.name(a.tensor) for a in self.accesses
                    if a.kind == "write" and _positions(a.stmt, iv)}
+        written = {tn for tn in written if self._may_conflict(tn, iv, width)}
         out = []
         for dep in self.dependences(written.__contains__):
             ds = _positions(dep.source, iv)
             if not ds or _positions(dep.sink, iv) != ds:
                 continue
-            delta = self._deltas(dep, width)
-            for p in range(ds[0]):
-                delta = delta.fix_val(isl.dim_type.set, p, 0)
-            same = delta
-            for p in ds:          # a loop fused from symbolic extents spans several dimensions
-                same = same.fix_val(isl.dim_type.set, p, 0)
-            nz = delta.subtract(same)
-            if not nz.is_empty():
+            if _crosses(self._deltas(dep, width), ds):
                 out.append(dep)
         return out
+
+    def _may_conflict(self, tn, iv, width):
+        """Whether two accesses to tensor ``tn`` (isl name), one of them a write, by instances
+        in different iterations of loop ``iv`` (the same iterations of the loops above it)
+        may touch the same element.  These memory conflicts include every dependence the
+        dataflow can find there (it only drops pairs whose value is killed in between), so
+        where there are none the loop carries no dependence on ``tn`` and isl's dataflow,
+        several times dearer, is not computed."""
+        parts = []      # (loop positions, kind, access map, schedule map)
+        for a in self.accesses:
+            ds = tuple(_positions(a.stmt, iv)) if self.tnames.name(a.tensor) == tn else ()
+            if ds:
+                per = self.instances.get((id(a.tensor.op), a.tensor.value_index))
+                parts.append((ds, a.kind, access_map(a, self.program, self.tnames,
+                                                     per[a.stmt.name] if per else ()),
+                              self._sched_of(a.stmt, width)))
+        # isl_value keeps the maps alive with the answer, so their ids name them
+        key = ("conflict",) + tuple((ds, k, id(m), id(t)) for ds, k, m, t in parts)
+        return isl_value(key, lambda: (parts, _conflicts(parts)))[1]
 
     def _deltas(self, dep, width):
         """The time differences of ``dep``'s instance pairs (shared by every program whose
@@ -421,6 +434,36 @@ class Analysis:
         if m is None:
             m = self._scheds[key] = stmt.schedule_map(self.program, width)
         return m
+
+
+def _conflicts(parts):
+    """Whether any of ``parts`` (see ``Analysis._may_conflict``) touch one element from two
+    iterations of the loop at their positions, one of the two a write."""
+    groups = {}     # positions of the loop -> [writes, all accesses], time -> element
+    for ds, kind, m, t in parts:
+        m = isl.UnionMap.from_map(m.apply_domain(t))
+        g = groups.setdefault(ds, [None, None])
+        for i in ((0, 1) if kind == "write" else (1,)):
+            g[i] = m if g[i] is None else g[i].union(m)
+    for ds, (w, x) in groups.items():
+        if w is None:
+            continue
+        deltas = []
+        w.apply_range(x.reverse()).deltas().foreach_set(deltas.append)
+        if any(_crosses(d, ds) for d in deltas):
+            return True
+    return False
+
+
+def _crosses(delta, ds):
+    """Whether time differences ``delta`` have one that is zero above the loop at positions
+    ``ds`` and not zero at it (a loop fused from symbolic extents spans several positions)."""
+    for p in range(ds[0]):
+        delta = delta.fix_val(isl.dim_type.set, p, 0)
+    same = delta
+    for p in ds:
+        same = same.fix_val(isl.dim_type.set, p, 0)
+    return not delta.subtract(same).is_empty()
 
 
 def _positions(stmt, iv):
