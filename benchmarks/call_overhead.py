@@ -2,8 +2,9 @@
 
 The kernel is ``C = A + B`` on 16 float32 elements, so the time is almost all overhead: the
 Python call, the argument checks and the jump into machine code.  It is called with numpy
-arrays and, when PyTorch is installed, with CPU torch tensors (read through torch's DLPack
-exchange function).  Each round makes ``CALLS`` calls; the rounds of the contenders
+arrays and, when PyTorch is installed, with CPU torch tensors (read on every call through
+torch's stable C getters on the tensor's ``at::Tensor``: device, layout, dtype, rank,
+contiguity, sizes, data pointer).  Each round makes ``CALLS`` calls; the rounds of the contenders
 alternate, and the median round is reported.  Run it with ``python benchmarks/call_overhead.py``;
 it updates the ``call_overhead`` section of ``benchmarks/RESULTS.md``.
 """

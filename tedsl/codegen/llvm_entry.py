@@ -7,14 +7,15 @@
   METH_KEYWORDS`` function (a call with keywords goes to the checked path).  It
   reads the arrays' headers, checks the count, type, rank, dtype, flags,
   shapes and that no array the kernel writes overlaps another argument, binds the sizes and
-  calls the body; ``torch.Tensor`` arguments are read through torch's DLPack exchange function
-  (``self`` leads to it, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
+  calls the body; ``torch.Tensor`` arguments are read through torch's stable C shim (the
+  ``aoti_torch_get_*`` getters on the tensor's ``at::Tensor``, ``TORCH_GETTERS``: no reference
+  count is touched; ``self`` leads to them, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
   kernel ran; else (a check failed, or the body returned an error status) it calls the checked
   path held by ``self`` with the same arguments and returns what that returns, so a module
   whose ``__call__`` is this builtin needs no Python frame on the fast path while the checked
   path still raises the precise error.  Kernels over more than ``GIL_BYTES`` of
   arrays run with the interpreter lock released.  Its references into the interpreter are
-  ``PY_INCREF``, ``PY_NONE``, ``PY_ERR_CLEAR``, ``PY_VECTORCALL`` and the two thread-state
+  ``PY_INCREF``, ``PY_NONE``, ``PY_VECTORCALL`` and the two thread-state
   calls, symbols the runtime registers with the JIT (``tedsl.runtime.cpu.init_threads``), and
   the global
   ``<name>_ndarray_type`` (``id(numpy.ndarray)``, set again by a module loaded from the kernel
@@ -35,12 +36,24 @@ from .llvm_expr import F64, I8, I32, I64, PTR
 PY_INCREF = "tedsl_Py_IncRef"     # void Py_IncRef(PyObject *)
 PY_NONE = "tedsl_Py_None"         # the None object
 # the interpreter's own names below: a linked shared library finds them in the process too
-PY_ERR_CLEAR = "PyErr_Clear"
 PY_VECTORCALL = "PyObject_Vectorcall"
 PY_SAVE_THREAD = "PyEval_SaveThread"
 PY_RESTORE_THREAD = "PyEval_RestoreThread"
 GIL_BYTES = 1 << 16
-_DL_CODE = {"bool": 6, "bfloat16": 4}     # kDLBool, kDLBfloat; else kDLInt/kDLUInt/kDLFloat
+# torch's stable C shim, called on ``&((THPVariable *) obj)->cdata`` (an ``AtenTensorHandle``):
+# each is ``int getter(AtenTensorHandle, T *out)`` returning 0 on success.  The cells hold
+# ``torch.Tensor`` and then these, in this order (filled and verified by
+# ``tedsl.runtime.cpu.attach_torch``); the ones that cannot raise come first, so a tensor of
+# another device or layout is declined before a getter that would raise
+TORCH_GETTERS = ("aoti_torch_get_device_type", "aoti_torch_get_layout", "aoti_torch_get_dtype",
+                 "aoti_torch_get_dim", "aoti_torch_is_contiguous", "aoti_torch_get_sizes",
+                 "aoti_torch_get_data_ptr")
+THP_CDATA = 16             # offset of ``THPVariable::cdata`` (after PyObject_HEAD)
+TORCH_CPU = 0              # c10::DeviceType::CPU
+TORCH_STRIDED = 0          # c10::Layout::Strided
+TORCH_DTYPES = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5,
+                "float32": 6, "float64": 7, "bool": 11, "bfloat16": 15, "uint16": 27,
+                "uint32": 28, "uint64": 29}     # c10::ScalarType
 
 
 def written_buffers(func):
@@ -126,13 +139,11 @@ class EntryEmitter:
         deferred = []
         datas = []
         spans = []
-        # the cells: a ctypes array of two 64-bit cells, ``torch.Tensor`` and its DLPack
-        # exchange function ``int dltensor_from_py_object_no_sync(PyObject *, DLTensor *out)``
-        # (0 until torch is used), shared by every entry (``tedsl.runtime.cpu._TORCH_CELLS``)
+        # the cells: a ctypes array of 64-bit cells, ``torch.Tensor`` and torch's getters
+        # (``TORCH_GETTERS``; 0 until torch is used), shared by every entry
+        # (``tedsl.runtime.cpu._TORCH_CELLS``)
         torch = at(at(at(self_obj, 16, PTR), 8, PTR), 16, PTR)
-        err_clear = ir.Function(self.module, ir.FunctionType(ir.VoidType(), []),
-                                name=PY_ERR_CLEAR)
-        dlts = [b.alloca(ir.ArrayType(I64, 6)) for _ in f.params]
+        scratch = b.alloca(I64) if any(isinstance(p, N.Buffer) for p in f.params) else None
         # numpy's array type object lives at an address of this process: read it from a
         # global, which a module loaded from the kernel cache sets for its own process
         nd_type = ir.GlobalVariable(self.module, I64, name=f"{self.name}_ndarray_type")
@@ -162,8 +173,7 @@ class EntryEmitter:
             from_nd = (at(obj, abi["data"], PTR), at(obj, abi["dims"], PTR), b.block)
             b.branch(join_bb)
             b.position_at_end(other_bb)
-            from_dl = self._torch_tensor(p, obj, ty, torch, dlts[k], err_clear, at, check,
-                                          fail_bb)
+            from_dl = self._torch_tensor(p, obj, ty, torch, scratch, at, check)
             b.branch(join_bb)
             b.position_at_end(join_bb)
             data, dims = b.phi(PTR), b.phi(PTR)
@@ -234,47 +244,34 @@ class EntryEmitter:
             b.ret(none)
         self.b, self.fn, self.vars = saved
 
-    def _torch_tensor(self, p, obj, ty, cells, dlt, err_clear, at, check, fail_bb):
-        """A ``torch.Tensor`` argument described by torch's DLPack exchange function (no
-        allocation): returns ``(data, shape pointer, block)`` after checking device, rank,
-        dtype, C-contiguity and alignment."""
-        b, fn = self.b, self.fn
-        cell = [at(cells, 0, I64), at(cells, 8, PTR)]
-        check(b.icmp_unsigned("==", ty, cell[0]))
-        callee = copy.copy(cell[1])      # llvmlite calls a pointer through its function type
-        callee.type = ir.FunctionType(I32, [PTR, PTR])
-        rc = b.call(callee, [obj, dlt])
-        ok, err = fn.append_basic_block("dl_ok"), fn.append_basic_block("dl_err")
-        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, err)
-        b.position_at_end(err)
-        b.call(err_clear, [])
-        b.branch(fail_bb)
-        b.position_at_end(ok)
-        check(b.icmp_signed("==", at(dlt, 8, I32), ir.Constant(I32, 1)))      # kDLCPU
-        nd = len(p.shape)
-        check(b.icmp_signed("==", at(dlt, 16, I32), ir.Constant(I32, nd)))
+    def _torch_tensor(self, p, obj, ty, cells, out, at, check):
+        """A ``torch.Tensor`` argument read through torch's getters on its ``at::Tensor``
+        (borrowed, so no reference count changes): returns ``(data, shape pointer, block)``
+        after checking device, layout, dtype, rank, C-contiguity, a data pointer and its
+        alignment.  A getter that fails (a tensor without storage) declines the call."""
+        b = self.b
+        check(b.icmp_unsigned("==", ty, at(cells, 0, I64)))
+        handle = b.gep(obj, [ir.Constant(I64, THP_CDATA)], source_etype=I8)
+        getter_t = ir.FunctionType(I32, [PTR, PTR])
+
+        def get(name, typ):
+            callee = copy.copy(at(cells, 8 * (1 + TORCH_GETTERS.index(name)), PTR))
+            callee.type = getter_t       # llvmlite calls a pointer through its function type
+            check(b.icmp_signed("==", b.call(callee, [handle, out]), ir.Constant(I32, 0)))
+            return b.load(out, typ=typ)
+
+        def want(name, typ, value):
+            check(b.icmp_signed("==", get(name, typ), ir.Constant(typ, value)))
+
+        want("aoti_torch_get_device_type", I32, TORCH_CPU)
+        want("aoti_torch_get_layout", I32, TORCH_STRIDED)
+        want("aoti_torch_get_dtype", I32, TORCH_DTYPES[p.dtype])
+        want("aoti_torch_get_dim", I64, len(p.shape))
+        check(b.icmp_unsigned("!=", get("aoti_torch_is_contiguous", I8), ir.Constant(I8, 0)))
+        shape = get("aoti_torch_get_sizes", PTR)
+        data = get("aoti_torch_get_data_ptr", PTR)
+        addr = b.ptrtoint(data, I64)
         size = dt.itemsize(p.dtype)
-        code = _DL_CODE.get(p.dtype, 2 if dt.is_float(p.dtype) else
-                            1 if p.dtype.startswith("uint") else 0)
-        want = code | (8 * size) << 8 | 1 << 16                             # code, bits, lanes
-        check(b.icmp_unsigned("==", at(dlt, 20, I32), ir.Constant(I32, want)))
-        shape, strides = at(dlt, 24, PTR), at(dlt, 32, PTR)
-        data = b.gep(at(dlt, 0, PTR), [at(dlt, 40, I64)], source_etype=I8)
-        check(b.icmp_unsigned("==", b.urem(b.ptrtoint(data, I64), ir.Constant(I64, size)),
-                              ir.Constant(I64, 0)))
-        if nd:
-            walk, dense = fn.append_basic_block("strides"), fn.append_basic_block("dense")
-            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(strides, I64), ir.Constant(I64, 0)),
-                      dense, walk)
-            b.position_at_end(walk)
-            step, good = ir.Constant(I64, 1), ir.Constant(ir.IntType(1), 1)
-            for d in reversed(range(nd)):
-                n_d = b.load(b.gep(shape, [ir.Constant(I64, d)], source_etype=I64), typ=I64)
-                s_d = b.load(b.gep(strides, [ir.Constant(I64, d)], source_etype=I64), typ=I64)
-                good = b.and_(good, b.or_(b.icmp_signed("==", n_d, ir.Constant(I64, 1)),
-                                          b.icmp_signed("==", s_d, step)))
-                step = b.mul(step, n_d)
-            check(good)
-            b.branch(dense)
-            b.position_at_end(dense)
+        check(b.icmp_unsigned("!=", addr, ir.Constant(I64, 0)))
+        check(b.icmp_unsigned("==", b.urem(addr, ir.Constant(I64, size)), ir.Constant(I64, 0)))
         return data, shape, b.block

@@ -9,6 +9,8 @@ import warnings
 
 import numpy as np
 
+from ..codegen.llvm_entry import THP_CDATA, TORCH_CPU, TORCH_DTYPES, TORCH_GETTERS, \
+    TORCH_STRIDED
 from ..errors import (ArgumentError, BoundsError, CudaError, OutOfMemoryError, ShapeError,
                       TargetUnavailableError, TedslError)
 
@@ -35,7 +37,7 @@ def raise_status(name, rc):
 @functools.lru_cache(maxsize=None)
 def numpy_abi():
     """Offsets of numpy's array and descriptor structs, verified on a live array (else None)."""
-    abi = {"entry": 2,     # the fast entry's calling convention (part of the cache key)
+    abi = {"entry": 3,     # the fast entry's calling convention (part of the cache key)
            "ob_type": 8, "data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56,
            "flags": 64, "type_num": 28, "byteorder": 26, "ndarray_type": id(np.ndarray),
            "C_CONTIGUOUS": 0x1, "ALIGNED": 0x100, "WRITEABLE": 0x400}
@@ -72,7 +74,7 @@ def numpy_abi():
     return abi
 
 
-_TORCH_CELLS = (ctypes.c_uint64 * 2)()     # read by every fast entry (llvm_entry)
+_TORCH_CELLS = (ctypes.c_uint64 * (1 + len(TORCH_GETTERS)))()   # read by every fast entry
 # the fast entry finds its ``self`` objects and these cells at the ctypes objects' data
 # pointers (CDataObject.b_ptr)
 _probe = (ctypes.py_object * 2)(None, ctypes.py_object(_TORCH_CELLS))
@@ -85,29 +87,86 @@ del _probe
 
 def attach_torch():
     """Let fast entries take ``torch.Tensor`` arguments once torch is imported: fill the
-    cells with ``torch.Tensor`` and its DLPack exchange function
-    (``__dlpack_c_exchange_api__``, DLPack >= 1.3).  True when the cells are filled."""
+    cells with ``torch.Tensor`` and torch's stable C getters (``llvm_entry.TORCH_GETTERS``),
+    after checking on live tensors that they read what the entries expect.  True when the
+    cells are filled."""
     if _TORCH_CELLS[0]:
         return True
     torch = sys.modules.get("torch")
-    cap = getattr(getattr(torch, "Tensor", None), "__dlpack_c_exchange_api__", None)
-    if cap is None:
+    getters = _torch_getters(torch) if torch is not None else None
+    if getters is None:
         return False
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    try:
-        api = get(cap, b"dlpack_exchange_api")
-    except ValueError:
-        return False
-    # DLPackExchangeAPI: {version {major, minor}, prev_api}, allocator, from_py_object,
-    # to_py_object, dltensor_from_py_object_no_sync, current_work_stream
-    major = ctypes.c_uint32.from_address(api).value
-    fn = ctypes.c_uint64.from_address(api + 40).value if major == 1 else 0
-    if not fn:
-        return False
-    _TORCH_CELLS[1] = fn
+    for k, g in enumerate(getters):
+        _TORCH_CELLS[1 + k] = ctypes.cast(g, ctypes.c_void_p).value
     _TORCH_CELLS[0] = id(torch.Tensor)
     return True
+
+
+def _torch_getters(torch):
+    """torch's getters as ctypes functions, or None where they are missing or do not read
+    live tensors as ``llvm_entry`` expects (another layout of ``THPVariable``, other enum
+    values): the entries then leave torch tensors to the checked path."""
+    lib = _torch_cpu_library(torch)
+    if lib is None:
+        return None
+    i32, i64, ptr = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p
+    kinds = {"aoti_torch_get_device_type": i32, "aoti_torch_get_layout": i32,
+             "aoti_torch_get_dtype": i32, "aoti_torch_get_dim": i64,
+             "aoti_torch_is_contiguous": ctypes.c_bool, "aoti_torch_get_sizes": ptr,
+             "aoti_torch_get_data_ptr": ptr}
+    fns = []
+    for name in TORCH_GETTERS:
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]
+        fns.append(fn)
+
+    def read(name, t):
+        out = kinds[name]()
+        if fns[TORCH_GETTERS.index(name)](id(t) + THP_CDATA, ctypes.byref(out)) != 0:
+            raise ValueError(name)
+        return out.value
+
+    try:
+        base = torch.arange(24, dtype=torch.float32)
+        views = [base[4:].view(4, 5), base.view(4, 6).t(), torch.empty(())]
+        # THPVariable::cdata (an at::Tensor) holds the TensorImpl torch reports as _cdata
+        if any(ctypes.c_uint64.from_address(id(t) + THP_CDATA).value != t._cdata
+               for t in views):
+            return None
+        ok = True
+        for t in views:
+            dims = read("aoti_torch_get_dim", t)
+            sizes = read("aoti_torch_get_sizes", t) if dims else None
+            ok = ok and dims == t.dim() and read("aoti_torch_get_data_ptr", t) == t.data_ptr() \
+                and (not dims or list((ctypes.c_int64 * dims).from_address(sizes)) ==
+                     list(t.shape)) \
+                and read("aoti_torch_is_contiguous", t) == t.is_contiguous() \
+                and read("aoti_torch_get_device_type", t) == TORCH_CPU \
+                and read("aoti_torch_get_layout", t) == TORCH_STRIDED
+        ok = ok and read("aoti_torch_get_device_type", torch.empty(1, device="meta")) != \
+            TORCH_CPU
+        for name, code in TORCH_DTYPES.items():
+            d = getattr(torch, name, None)
+            if isinstance(d, torch.dtype):
+                ok = ok and read("aoti_torch_get_dtype", torch.empty(1, dtype=d)) == code
+        sparse = torch.zeros(2, 2).to_sparse()
+        ok = ok and read("aoti_torch_get_layout", sparse) != TORCH_STRIDED
+    except (AttributeError, ValueError, TypeError, RuntimeError):
+        return None
+    return fns if ok else None
+
+
+def _torch_cpu_library(torch):
+    """The loaded ``libtorch_cpu`` (which exports the stable C shim), or None."""
+    lib_dir = os.path.join(os.path.dirname(getattr(torch, "__file__", "") or ""), "lib")
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        try:
+            lib = ctypes.CDLL(os.path.join(lib_dir, name))
+        except OSError:
+            continue
+        if all(hasattr(lib, n) for n in TORCH_GETTERS):
+            return lib
+    return None
 
 
 class _MethodDef(ctypes.Structure):
@@ -157,7 +216,7 @@ def init_threads():
     llvm = init_llvm()
     # what the fast entry (llvm_entry._py_entry) uses of the interpreter
     api = ctypes.pythonapi
-    for name, fn in ((E.PY_INCREF, api.Py_IncRef), (E.PY_ERR_CLEAR, api.PyErr_Clear),
+    for name, fn in ((E.PY_INCREF, api.Py_IncRef),
                      (E.PY_SAVE_THREAD, api.PyEval_SaveThread),
                      (E.PY_RESTORE_THREAD, api.PyEval_RestoreThread),
                      (E.PY_VECTORCALL, api.PyObject_Vectorcall)):

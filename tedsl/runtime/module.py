@@ -102,7 +102,7 @@ class Module:
         if kwargs:
             self._refuse_keywords(kwargs)
         if "torch" in sys.modules and not cpu.attach_torch():
-            views = torch_views(args)      # a torch without the DLPack exchange API
+            views = torch_views(args)      # a torch without the getters the entry reads
             if views is not None:
                 return self._entry(*views)   # declined again: here without torch tensors
         return self._call_checked(args)
