@@ -242,10 +242,22 @@ class Analysis:
         self.accesses = []
         for s in program.statements:
             self.accesses += statement_accesses(s, program, resolve)
-        self.sched = program.schedule_map()
+        self._sched = None
         self._deps = None
         self._scheds = {}
         self.instances = self._instances(private_loops(program, resolve))
+
+    @property
+    def sched(self):
+        """The union map of every statement's schedule (built when first asked for: a check
+        that finds no memory conflict never needs it)."""
+        if self._sched is None:
+            self._sched = self.program.schedule_map()
+        return self._sched
+
+    @sched.setter
+    def sched(self, value):
+        self._sched = value
 
     def _instances(self, private):
         """``{tensor key: {statement name: loop value texts}}`` for every private buffer whose
@@ -386,14 +398,18 @@ class Analysis:
         dataflow can find there (it only drops pairs whose value is killed in between), so
         where there are none the loop carries no dependence on ``tn`` and isl's dataflow,
         several times dearer, is not computed."""
-        parts = []      # (loop positions, kind, access map, schedule map)
+        parts = []      # (loop positions, kind, access map, loops down to this one)
         for a in self.accesses:
             ds = tuple(_positions(a.stmt, iv)) if self.tnames.name(a.tensor) == tn else ()
             if ds:
+                # the loops down to this one: the constant entries above it are the same for
+                # every statement inside it
+                keep = [d for d in range(ds[-1] + 1) if not isinstance(a.stmt.entry(d), int)]
                 per = self.instances.get((id(a.tensor.op), a.tensor.value_index))
-                parts.append((ds, a.kind, access_map(a, self.program, self.tnames,
-                                                     per[a.stmt.name] if per else ()),
-                              self._sched_of(a.stmt, width)))
+                parts.append((tuple(keep.index(d) for d in ds), a.kind,
+                              access_map(a, self.program, self.tnames, per[a.stmt.name] if per
+                                         else ()),
+                              a.stmt.schedule_map(self.program, width, keep)))
         # isl_value keeps the maps alive with the answer, so their ids name them
         key = ("conflict",) + tuple((ds, k, id(m), id(t)) for ds, k, m, t in parts)
         return isl_value(key, lambda: (parts, _conflicts(parts)))[1]

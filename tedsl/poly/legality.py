@@ -321,6 +321,7 @@ def check_bounds(an):
     from ..errors import DefinitionError
     from .access import access_map
     from .convert import NotAffine, aff
+    from .program import isl_value
     prog = an.program
     for a in an.accesses:
         if not a.exact or a.guarded:
@@ -332,11 +333,13 @@ def check_bounds(an):
             continue
         m = access_map(a, prog, an.tnames)
         xs = ", ".join(f"x{d}" for d in range(len(t.shape)))
-        box = isl.Set(f"{prog.params_text()} -> {{ {an.tnames.name(t)}[{xs}] : "
-                      f"{' and '.join(cons) or '1 = 1'} }}")
+        box = (f"{prog.params_text()} -> {{ {an.tnames.name(t)}[{xs}] : "
+               f"{' and '.join(cons) or '1 = 1'} }}")
         ctx = prog.context()
-        bad = m.intersect_params(ctx).subtract_range(box)
-        if bad.is_empty():
+        # the answer of every check of this access (m is kept with it: its id names it)
+        m, bad = isl_value(("outside", id(m), box, prog.context_text()), lambda: (
+            m, _nonempty(m.intersect_params(ctx).subtract_range(isl.Set(box)))))
+        if bad is None:
             continue
         pt = bad.wrap().sample_point()
         sp = bad.wrap().get_space()
@@ -357,6 +360,10 @@ def check_bounds(an):
             f"outside {t.name}'s shape ({shape}): for example at {', '.join(vals)} the index is "
             f"{t.name}{idx}. Guard the access with te.if_then_else(<in range>, "
             f"{t.name}[...], <value>) or fix the index.")
+
+
+def _nonempty(s):
+    return None if s.is_empty() else s
 
 
 def _apart(d):

@@ -112,10 +112,14 @@ class Program:
     def params_text(self):
         return "[" + ", ".join(self.names.params) + "]"
 
-    def context(self):
+    def context_text(self):
         cons = [f"{self.names.name(v)} >= 0" for v in self.size_vars
                 if self.names.name(v) in self.names.params]
-        return isl.Set(f"{self.params_text()} -> {{ : {' and '.join(cons) or '1 = 1'} }}")
+        return f"{self.params_text()} -> {{ : {' and '.join(cons) or '1 = 1'} }}"
+
+    def context(self):
+        text = self.context_text()
+        return isl_value(("set", text), lambda: isl.Set(text))
 
     def domain(self):
         out = None
