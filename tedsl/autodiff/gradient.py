@@ -8,7 +8,9 @@ loads of ``X[i] * X[i]`` are one group) and turns the adjoint of that read into
 
 * a *term*: when every iterator of the reader is fixed by the read's index (elementwise reads,
   padding, slicing), the term is an expression over the read tensor's axes, guarded by the
-  domain condition; all terms of a tensor are summed in its accumulation stage;
+  domain condition; all terms of a tensor are summed in its accumulation stage; so is a sum
+  that is linear in sums the forward program computes (``linear``: layer_norm's mean read by
+  its variance), which reads those sums instead of passing over their data again;
 * a *gather stage* (name ``<X>_grad_gather_<reader>``, tag ``gradient_gather``): a sum over the
   reader's iterators the index leaves free, restricted exactly to the preimage of each element
   (see ``preimage``); or, for a data-dependent index, ``<X>_grad_scatter_serial_<reader>``
@@ -31,6 +33,7 @@ from ..te.reducer import sum as rsum
 from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
 from .derivative import add, derivative, mul
 from .factor import split_invariant
+from .linear import reuse_sums
 from .padded import flip_backward_taps, padded_read
 from .preimage import plan_read
 from .reducers import ReductionWeight
@@ -127,8 +130,11 @@ class _Made:
     """What one ``gradient`` call has built: the zero-padded adjoint copies (by tensor and
     padding), each gather stage's definition and how many contributions read it."""
 
-    def __init__(self):
+    def __init__(self, ops=()):
         self.pads, self.gathers, self.reads = {}, {}, {}
+        self.sums = [op for op in ops if isinstance(op, ComputeOp) and op.is_reduction and
+                     len(op.outputs) == 1 and op.body[0].combiner is rsum and
+                     op.body[0].where is None and len(op.body[0].source) == 1]
 
 
 def _gather_stage(X, xvars, free, body, where, name, tag, made=None):
@@ -188,6 +194,11 @@ def _backprop(op, v, head, needed, adjoints, namer, made):
         if pad is not None:
             val = flip_backward_taps(val, plan.free, substitute(pad, plan.subst), xvars)
         outer, val = split_invariant(val, [v for v, _, _ in plan.free], X, xvars)
+        direct = reuse_sums(val, plan.free, where, xvars, made.sums, _skey)
+        if direct is not None:          # a forward sum read per element, no gather stage
+            acc.terms.append((xvars, direct if outer is None else E.select(
+                E.compare("ne", direct, zero), E.binary("mul", outer, direct), zero)))
+            continue
         name = namer(f"{X.name}_grad_{form}_{op.name}")
         G = _gather_stage(X, xvars, plan.free, val, where, name, f"gradient_{plan.form}", made)
         if outer is None:
@@ -290,7 +301,7 @@ def gradient(output, inputs, head=None):
             if _key(t) in want or (deps and not isinstance(op, PlaceholderOp)):
                 needed.add(_key(t))
     namer = _Namer()
-    adjoints, made = {}, _Made()
+    adjoints, made = {}, _Made(ops)
     top = _Adjoint(output)
     top.head = _Head(head, output.dtype)
     adjoints[_key(output)] = top
