@@ -148,3 +148,31 @@ def test_a_subclass_takes_the_checked_path(axpy, rng):
 def test_no_getters_from_a_torch_without_its_library():
     fake = types.SimpleNamespace(__file__="/nonexistent/torch/__init__.py")
     assert te.runtime.cpu._torch_getters(fake) is None
+
+
+def test_without_the_getters_tensors_take_the_checked_path():
+    # a torch whose getters do not pass the check: a fresh process, as the cells are global
+    import subprocess
+    import sys
+    code = """if True:
+        import numpy as np, torch
+        import tedsl as te
+        from tedsl.runtime import cpu
+        cpu._torch_getters = lambda torch: None
+        A = te.placeholder((4, 3), name="A")
+        C = te.compute((4, 3), lambda i, j: A[i, j] * 3, name="C")
+        f = te.build(te.create_schedule(C), [A, C], name="triple")
+        a = torch.from_numpy(np.random.default_rng(5).random((4, 3), dtype=np.float32))
+        c = torch.full((4, 3), float("nan"))
+        assert not cpu.attach_torch() and f._fast(a, c) == 1
+        f(a, c)
+        np.testing.assert_allclose(c.numpy(), a.numpy() * 3, rtol=1e-6)
+        try:
+            f(a, torch.full((3, 4), float("nan")).t())
+        except te.ArgumentError as e:
+            print("refused:", e)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: argument 1 (C)" in out.stdout and "not C-contiguous" in out.stdout
