@@ -4,12 +4,12 @@
   doubles for floats), then one per size variable;
 * ``<name>_pyentry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames)
   -> PyObject*``: the fast call path from numpy arrays and torch tensors, a ``METH_FASTCALL |
-  METH_KEYWORDS`` function (a call with keywords goes to the checked path).  It
-  reads the arrays' headers, checks the count, type, rank, dtype, flags,
-  shapes and that no array the kernel writes overlaps another argument, binds the sizes and
-  calls the body; ``torch.Tensor`` arguments are read through torch's stable C shim (the
-  ``aoti_torch_get_*`` getters on the tensor's ``at::Tensor``, ``TORCH_GETTERS``: no reference
-  count is touched; ``self`` leads to them, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
+  METH_KEYWORDS`` function (a call with keywords goes to the checked path).  It reads the
+  arrays' headers, checks the count, type, rank, dtype, flags, shapes and that no array the
+  kernel writes overlaps another argument, binds the sizes and calls the body;
+  ``torch.Tensor`` arguments are read through torch's stable C shim (the ``aoti_torch_get_*``
+  getters on the tensor's ``at::Tensor``, ``TORCH_GETTERS``: no reference count is touched;
+  ``self`` leads to them, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
   kernel ran; else (a check failed, or the body returned an error status) it calls the checked
   path held by ``self`` with the same arguments and returns what that returns, so a module
   whose ``__call__`` is this builtin needs no Python frame on the fast path while the checked

@@ -182,8 +182,9 @@ _new_cfunction.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
 
 def fast_entry(name, addr, slow):
     """A Python builtin calling the JIT function ``NAME_pyentry`` at ``addr`` with the
-    arguments as they are (``METH_FASTCALL | METH_KEYWORDS``; keyword arguments go to ``slow``): it returns None when the kernel ran, else
-    what ``slow(*args)`` (the checked path) returns.  Returns ``(builtin, keepalive)``, or
+    arguments as they are (``METH_FASTCALL | METH_KEYWORDS``; keyword arguments go to
+    ``slow``): it returns None when the kernel ran, else what ``slow(*args)`` (the checked
+    path) returns.  Returns ``(builtin, keepalive)``, or
     ``(None, None)`` where this interpreter's ctypes objects are laid out differently."""
     if not _CELLS_OK:
         return None, None
