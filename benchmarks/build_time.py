@@ -15,6 +15,11 @@ process) cannot flatter it; the table shows medians over ``--runs`` processes pe
   never runs during the next measurement.
 * ``total``: define + schedule + build.
 
+``--phases`` times the phases of warm builds instead (CPU time in one process per case, the
+kernel cache off, every build of a kernel at a size not built before): the definition and
+schedule, ``te.build``'s isl statements, legality re-check, isl AST, loop passes, LLVM IR
+emission and LLVM; it writes the ``build_time_phases`` section.
+
 ``--search`` measures ``tedsl.tune.auto``'s throughput instead: candidates measured per minute
 on small kernels (a 64^3 and a 128^3 GEMM: 224 candidates of ``tedsl.auto``'s space each, fully
 unrolled register tiles), with the CPU time of the worker processes per candidate; it writes
@@ -25,8 +30,8 @@ parallel), the GEMM schedule of ``benchmarks/gemm.py`` (``cli.gemm_schedule``) a
 conv2d and a softmax from ``tedsl.ops`` with their default schedules, and a 3 x 3 box stencil
 whose padded input is computed per output tile (``compute_at``) with the tile rows parallel.
 
-Run: ``python benchmarks/build_time.py [--runs N] [--case NAME]``; writes the ``build_time``
-section of RESULTS.md (not with ``--case``).
+Run: ``python benchmarks/build_time.py [--runs N] [--case NAME] [--phases]``; writes the
+``build_time`` (or ``build_time_phases``) section of RESULTS.md (not with ``--case``).
 """
 import argparse
 import json
@@ -42,35 +47,39 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))      # the checkout's tedsl, not an installed copy
 
 
-def gemm_readme(n=512):
+# Each case takes ``r``, a round number: every round of ``--phases`` builds the kernel at
+# another size (by a multiple of its tiles: the same loop nests), not one built before.
+def gemm_readme(r=0):
     from matmul_simple import schedule       # the README / API.md schedule
-    return schedule(n)
+    return schedule(512 + 64 * r)
 
 
-def gemm_bench(n=1000):
+def gemm_bench(r=0):
     from tedsl.cli import gemm_schedule
+    n = 1000 + 64 * r
     return gemm_schedule(n, n, n, 4, 32, 4)
 
 
-def conv2d():
+def conv2d(r=0):
     import tedsl as te
     from tedsl import ops
-    X = te.placeholder((1, 64, 56, 56), "float32", name="X")
+    X = te.placeholder((1, 64, 56 + 8 * r, 56 + 8 * r), "float32", name="X")
     W = te.placeholder((64, 64, 3, 3), "float32", name="W")
     Y = ops.conv2d_nchw(X, W, padding=1)
     return ops.schedule(Y), [X, W, Y]
 
 
-def softmax():
+def softmax(r=0):
     import tedsl as te
     from tedsl import ops
-    X = te.placeholder((4096, 1024), "float32", name="X")
+    X = te.placeholder((4096 + 64 * r, 1024), "float32", name="X")
     Y = ops.softmax(X)
     return ops.schedule(Y), [X, Y]
 
 
-def stencil(h=1024, w=1024):
+def stencil(r=0):
     import tedsl as te
+    h = w = 1024 + 64 * r
     img = te.placeholder((h, w), "float32", name="I")
     pad = te.compute((h + 2, w + 2), lambda y, x: te.if_then_else(
         te.all(y >= 1, y <= h, x >= 1, x <= w), img[y - 1, x - 1], 0.0), name="P")
@@ -118,6 +127,78 @@ def child(name, mode):
         _wait_for_link(f)
 
 
+PHASES = ("define + schedule", "isl program", "legality", "isl AST", "loop passes",
+          "LLVM IR emission", "LLVM", "other")
+
+
+def _phase_clock():
+    """Wrap the steps of ``te.build`` so that each adds its CPU time, less that of the steps
+    it calls, to its phase; returns ``(build, totals)``: a timed ``te.build`` and the dict
+    of seconds per phase it fills."""
+    import tedsl as te
+    from tedsl import driver
+    from tedsl.codegen import llvm as llvm_codegen
+    from tedsl.poly import astgen, legality, program
+    acc, stack = {}, []
+
+    def timed(phase, f):
+        def run(*a, **k):
+            if not stack:           # outside a timed build (a primitive's check)
+                return f(*a, **k)
+            stack.append([time.process_time(), 0.0])
+            try:
+                return f(*a, **k)
+            finally:
+                t0, inner = stack.pop()
+                dt = time.process_time() - t0
+                acc[phase] = acc.get(phase, 0.0) + dt - inner
+                if stack:
+                    stack[-1][1] += dt
+        return run
+    for owner, attr, phase in ((program, "build_program", "isl program"),
+                               (legality, "check_schedule", "legality"),
+                               (astgen, "generate", "isl AST"),
+                               (driver, "lower", "loop passes"),
+                               (driver, "prepare_llvm", "loop passes"),
+                               (llvm_codegen, "generate", "LLVM IR emission"),
+                               (llvm_codegen, "module_text", "LLVM IR emission"),
+                               (driver, "JitEngine", "LLVM")):
+        setattr(owner, attr, timed(phase, getattr(owner, attr)))
+    build = timed("other", lambda s, args: te.build(s, args, target="llvm"))
+
+    def timed_build(s, args):
+        stack.append([0.0, 0.0])    # a frame for the build's own to report to
+        try:
+            return build(s, args)
+        finally:
+            stack.pop()
+    return timed_build, acc
+
+
+def child_phases(name, rounds):
+    """CPU time per phase of builds of ``name`` in one warm process (the kernel cache off,
+    a first build of the case at another size before the clock); prints a JSON line of
+    medians in seconds."""
+    import tedsl as te  # noqa: F401
+    from tedsl.codegen.llvm_compile import init_llvm
+    from tedsl.runtime import cpu
+    init_llvm()
+    cpu.init_threads()
+    fn = CASES[name]
+    build, acc = _phase_clock()
+    build(*fn(-1))          # warm: code paths and imports, not this size's isl results
+    got = {p: [] for p in PHASES}
+    for r in range(rounds):
+        acc.clear()
+        t0 = time.process_time()
+        s, args = fn(r + 1)
+        acc["define + schedule"] = time.process_time() - t0
+        build(s, args)
+        for p in PHASES:
+            got[p].append(acc.get(p, 0.0))
+    print(json.dumps({p: statistics.median(v) for p, v in got.items()}))
+
+
 def _wait_for_link(f, limit=20.0):
     """Wait until the kernel cache's background link of ``f`` has ended (or ``limit`` s)."""
     from tedsl.runtime import kernel_cache
@@ -148,14 +229,22 @@ def main(argv=None):
     ap.add_argument("--search", action="store_true",
                     help="measure tune.auto's candidates per minute instead")
     ap.add_argument("--trials", type=int, default=48, help="candidates per search (--search)")
+    ap.add_argument("--phases", action="store_true",
+                    help="CPU time per phase of warm builds instead (--runs rounds)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        child(*a.child)
+        if a.child[1] == "phases":
+            child_phases(a.child[0], a.runs)
+        else:
+            child(*a.child)
         return 0
     from common import machine_description, markdown_table, write_results
     if a.search:
         return search_throughput(a.trials)
+    if a.phases:
+        return phases([n for n in CASES if not a.case or any(c in n for c in a.case)],
+                      a.runs, not a.case)
     names = [n for n in CASES if not a.case or any(c in n for c in a.case)]
     got = {n: {"schedule": [], "lower": [], "build": [], "load": []} for n in names}
     errors = {}
@@ -193,6 +282,42 @@ def main(argv=None):
                 f"{machine}. `build` includes `lower`; `total` is define + schedule + build; a "
                 "process's first build also pays the LLVM load.")
         write_results("build_time", "## Build time (define + schedule, lower, build)\n\n" +
+                      table + "\n\n" + note)
+    return 0
+
+
+def phases(names, rounds, write):
+    """Per case, a fresh process that times ``rounds`` builds phase by phase."""
+    from common import machine_description, markdown_table, write_results
+    env = dict(os.environ, TEDSL_CACHE="0")
+    rows = []
+    for n in names:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", n,
+                              "phases", "--runs", str(rounds)],
+                             capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            last = (out.stderr.strip().splitlines() or ["?"])[-1]
+            rows.append([n, "failed: " + last[:200]] + [""] * len(PHASES))
+            continue
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append([n] + [f"{got[p] * 1e3:.1f}" for p in PHASES] +
+                    [f"{sum(got.values()) * 1e3:.0f}"])
+    table = markdown_table(["kernel"] + [f"{p} (ms)" for p in PHASES] + ["total (ms)"], rows)
+    machine = machine_description()
+    if hasattr(os, "getloadavg"):
+        machine += f"; load average {os.getloadavg()[0]:.1f} at the end"
+    print(f"tedsl build time by phase, CPU time, medians of {rounds} builds; {machine}")
+    print(table)
+    if write:
+        note = (f"CPU time of one warm process per kernel (`TEDSL_CACHE=0`, LLVM loaded and "
+                f"the kernel built once at another size before the clock), medians of "
+                f"{rounds} builds, each of the kernel at a size not built before (larger by "
+                f"a multiple of its tiles). Phases: the definition and the primitives (with "
+                f"their checks); `te.build`'s isl statements (`program.build_program`), "
+                f"legality re-check, isl's AST generation, the loop passes (`lower`'s and "
+                f"`unroll`), the Python LLVM IR generator and its text, LLVM (parse, O3, "
+                f"machine code), and the rest of `te.build`. Machine: {machine}.")
+        write_results("build_time_phases", "## Build time by phase (CPU time, warm)\n\n" +
                       table + "\n\n" + note)
     return 0
 

@@ -21,7 +21,6 @@ code is never what a schedule wants, and silently keeping the loop would drop th
 """
 from ..errors import InternalError, ScheduleError
 from ..ir import expr as E
-from ..ir.functor import substitute
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import rewrite, visit, with_children
@@ -31,7 +30,24 @@ MAX_UNROLL = 1024
 
 
 def _subst_stmt(s, var, value):
-    return rewrite(s, None, lambda e: simplify(substitute(e, {var: value})))
+    """``s`` with ``value`` for ``var``; only the expressions that use ``var`` are rebuilt
+    and simplified again (the others were simplified by ``lower``)."""
+    memo = {}
+
+    def sub(e):
+        out = memo.get(id(e))
+        if out is None:
+            kids = e.children()
+            new = [sub(k) for k in kids]
+            out = value if e is var else e if all(a is b for a, b in zip(new, kids)) \
+                else E.rebuild(e, new)
+            memo[id(e)] = out
+        return out
+
+    def fexpr(e):
+        out = sub(e)
+        return out if out is e else simplify(out)
+    return rewrite(s, None, fexpr)
 
 
 def _expand(s, ranges):
