@@ -150,29 +150,42 @@ def test_no_getters_from_a_torch_without_its_library():
     assert te.runtime.cpu._torch_getters(fake) is None
 
 
-def test_without_the_getters_tensors_take_the_checked_path():
-    # a torch whose getters do not pass the check: a fresh process, as the cells are global
+
+def test_without_the_getters_and_with_them_once_torch_is_imported():
+    # a fresh process, as the cells are global: a module built before torch is imported, and
+    # a torch whose getters fail the check (the checked path runs and refuses), then pass it
     import subprocess
     import sys
     code = """if True:
-        import numpy as np, torch
+        import sys
+        import numpy as np
         import tedsl as te
         from tedsl.runtime import cpu
-        cpu._torch_getters = lambda torch: None
         A = te.placeholder((4, 3), name="A")
         C = te.compute((4, 3), lambda i, j: A[i, j] * 3, name="C")
         f = te.build(te.create_schedule(C), [A, C], name="triple")
+        assert "torch" not in sys.modules
+        import torch
         a = torch.from_numpy(np.random.default_rng(5).random((4, 3), dtype=np.float32))
         c = torch.full((4, 3), float("nan"))
-        assert not cpu.attach_torch() and f._fast(a, c) == 1
+        real, cpu._torch_getters = cpu._torch_getters, lambda torch: None
         f(a, c)
         np.testing.assert_allclose(c.numpy(), a.numpy() * 3, rtol=1e-6)
+        assert not cpu.attach_torch() and f._fast(a, c) == 1
         try:
             f(a, torch.full((3, 4), float("nan")).t())
         except te.ArgumentError as e:
             print("refused:", e)
+        cpu._torch_getters = real
+        c.fill_(float("nan"))
+        f(a, c)                    # the checked path fills the cells: inline from then on
+        np.testing.assert_allclose(c.numpy(), a.numpy() * 3, rtol=1e-6)
+        c.fill_(float("nan"))
+        print("fast:", f._fast(a, c))
+        np.testing.assert_allclose(c.numpy(), a.numpy() * 3, rtol=1e-6)
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "refused: argument 1 (C)" in out.stdout and "not C-contiguous" in out.stdout
+    assert "fast: 0" in out.stdout
