@@ -12,7 +12,7 @@ from .codegen import target as target_mod
 from .codegen.llvm_compile import JitEngine, optimize, target_machine
 from .errors import ArgumentError, TedslError
 from .kernel_key import build_key
-from .runtime import cpu
+from .runtime import cpu, foreign
 from .runtime import kernel_cache
 from .runtime.module import Module, signature_of
 from .schedule.schedule import Schedule
@@ -35,7 +35,7 @@ def build(s, args=None, target="llvm", name="main"):
             key = _cpu_key(s, args, name, tgt)
             mod = _load_cached(key, s, args, name, tgt) if key is not None else None
             if mod is not None:
-                return mod
+                return foreign.guard(mod, tgt)
         func = lower(s, args, name)
     else:
         raise ArgumentError(f"build: expected a schedule, got {type(s).__name__}")
@@ -48,7 +48,7 @@ def build(s, args=None, target="llvm", name="main"):
         return build_cuda(func, tgt)
     if tgt.kind != "llvm":
         raise ArgumentError(f"build: target {tgt} cannot build runnable modules; use 'llvm'")
-    return build_llvm(func, tgt, key, (s, args, name))
+    return foreign.guard(build_llvm(func, tgt, key, (s, args, name)), tgt)
 
 
 _HOST = {}

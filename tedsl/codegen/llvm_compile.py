@@ -27,6 +27,31 @@ def target_machine(mcpu=None, features=None, reloc="default"):
                                      codemodel="jitdefault" if reloc == "default" else "default")
 
 
+def inline_compatible(cpu, features, caller_cpu, caller_features):
+    """Whether code for ``cpu`` with ``features`` may run where ``caller_cpu`` with
+    ``caller_features`` runs, as LLVM decides it: the target's inliner inlines a function into
+    another only when every feature the callee's CPU and features imply (a CPU name implies
+    many) is one the caller has.  A probe of two tiny functions, a few milliseconds."""
+    llvm = init_llvm()
+    text = f"""
+define internal i32 @callee(i32 %x) #1 {{
+  %y = add i32 %x, 1
+  ret i32 %y
+}}
+define i32 @caller(i32 %x) #0 {{
+  %r = call i32 @callee(i32 %x)
+  ret i32 %r
+}}
+attributes #0 = {{ "target-cpu"="{caller_cpu}" "target-features"="{caller_features}" }}
+attributes #1 = {{ "target-cpu"="{cpu}" "target-features"="{features}" }}
+"""
+    mod = llvm.parse_assembly(text)
+    tm = target_machine(caller_cpu, caller_features)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=1))
+    pb.getModulePassManager().run(mod, pb)
+    return "@callee(" not in str(mod.get_function("caller"))
+
+
 def rejected_ir(diagnostic, ll_text, keep_lines=4):
     """A short CompileError for IR that LLVM rejects: the first lines of the diagnostic, and
     the whole module in ``.source`` and in a file named by the message."""

@@ -1,9 +1,15 @@
 """Targets: ``"llvm"``, ``"llvm -mcpu=NAME"``, ``"cuda"``, ``"cuda -arch=sm_90"``.
 
-CPU options: ``-mcpu=NAME`` (the CPU to tune and select instructions for), ``-mattr=+f,-g``
+CPU options: ``-mcpu=NAME`` (the CPU to tune and select instructions for; ``native`` is this
+machine's, as plain ``llvm``), ``-mattr=+f,-g``
 (LLVM target features added to or removed from the CPU's, e.g. ``-mattr=-avx512f`` for 256-bit
 vectors) and ``-num-threads=N`` (the module's default thread count for parallel loops; the
 module's ``set_num_threads`` still changes it).
+
+Code built for another CPU (``-mcpu=sapphirerapids`` here on a machine without AMX) builds and
+exports, but calling it raises ``TargetUnavailableError`` naming the features this machine
+lacks (:func:`missing_features`, checked once when the module is made) instead of stopping at
+an illegal instruction.
 """
 import functools
 import re
@@ -20,7 +26,9 @@ class Target:
 
     @property
     def mcpu(self):
-        return self.options.get("mcpu")
+        """The CPU named by ``-mcpu`` (None for this machine's, also ``-mcpu=native``)."""
+        v = self.options.get("mcpu")
+        return None if v == "native" else v
 
     @property
     def mattr(self):
@@ -147,3 +155,51 @@ def _cpu_vector_bits(target):
             cpu in ("haswell", "broadwell", "skylake", "znver2", "znver3", "alderlake"):
         return 256
     return 128
+
+
+# Features of system instructions (protection keys, enclaves, user interrupts, shadow stacks,
+# cache, power and trace management, key locker...): LLVM emits them only for their own
+# intrinsics, which tedsl never calls, so a CPU model that has them runs tedsl's code on a
+# machine without them (a virtual machine often hides several).
+SYSTEM_FEATURES = frozenset({
+    "pku", "sgx", "pconfig", "wbnoinvd", "enqcmd", "waitpkg", "uintr", "ptwrite", "shstk",
+    "hreset", "serialize", "tsxldtrk", "rtm", "kl", "widekl", "rdpru", "mwaitx", "clzero",
+    "lwp", "cldemote", "movdiri", "movdir64b", "invpcid", "rdpid", "usermsr", "prefetchi",
+    "fsgsbase", "clflushopt", "clwb", "rdseed", "rdrnd", "xsave", "xsaveopt", "xsavec", "xsaves",
+    "raoint", "cmpccxadd", "movrs", "sm3", "sm4", "sha512"})
+
+
+@functools.lru_cache(maxsize=None)
+def missing_features(cpu, features):
+    """The features that code built for ``cpu`` (None: this machine's) with ``features`` may
+    use and this machine lacks (system features aside); () when it runs here.
+
+    LLVM decides (:func:`~tedsl.codegen.llvm_compile.inline_compatible`): the code fits this
+    machine's features on the same CPU model; for each feature this machine lacks, it fits
+    every other one with that feature (and the features that imply it) removed unless the CPU
+    model or ``features`` has it."""
+    from .llvm_compile import inline_compatible
+    host, feats = host_cpu()
+    lacking = [f[1:] for f in feats.split(",") if f.startswith("-")]
+    system = [f"+{f}" for f in lacking if f in SYSTEM_FEATURES]
+    candidates = [f for f in lacking if f not in SYSTEM_FEATURES]
+
+    def fits(extra):    # this machine's features on the same CPU model (the same tuning)
+        caller = ",".join([feats] + system + extra)
+        return inline_compatible(cpu or host, features or "", cpu or host, caller)
+    if fits([]):
+        return ()
+    every = [f"+{f}" for f in candidates]
+    if not fits(every):                 # features LLVM does not name for this machine
+        return (f"features of {cpu or host} that LLVM cannot name for this CPU",)
+    return tuple(f for f in candidates if not fits(every + [f"-{f}"]))
+
+
+def foreign_message(name, cpu, features, missing):
+    """Why module ``name``, built for ``cpu`` with ``features``, cannot run here."""
+    what = f"cpu {cpu}" + (f" with {features}" if features else "")
+    names = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    return (f"{name}: built for {what}; this machine ({host_cpu()[0]}) lacks {names}, so "
+            "its code would stop with an illegal instruction. Build it for this machine "
+            "(target 'llvm' or 'llvm -mcpu=native') to run it here; export_library still "
+            "writes this build for a machine that has them")

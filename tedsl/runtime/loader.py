@@ -86,7 +86,11 @@ def _kernel(lib, sig, device):
         from .export_cuda import LoadedCudaKernel
         return LoadedCudaKernel(sig, lib, packed)
     threads = ctypes.addressof(ctypes.c_int32.in_dll(lib, f"{name}_num_threads"))
-    return Module(sig, packed, None, {}, keepalive=[lib], threads_addr=threads)
+    mod = Module(sig, packed, None, {}, keepalive=[lib], threads_addr=threads)
+    if sig.get("cpu"):          # built with -mcpu: refused here if this CPU lacks its features
+        from .foreign import guard_cpu
+        mod = guard_cpu(mod, *sig["cpu"])
+    return mod
 
 
 def _load_legacy(lib, path, base):
