@@ -24,7 +24,11 @@
    (output channels: weights packed into channel panels), the accumulators laid out with
    that axis last (knob ``<stage>.vector_axis``).  Per-row statistics that no row group holds
    (read by a column reduction too, as in layer_norm's backward) run as rows in parallel,
-   each row reduced in vector lanes (knob ``<stage>.row_reduce``).
+   each row reduced in vector lanes (knob ``<stage>.row_reduce``).  A reduction over a
+   triangle (an affine ``where`` on its output axes: syrk, a covariance's upper half) runs
+   whole tiles over the triangle's bounding box, those outside it skipped, every element
+   selected by the condition (``triangle.py``, knob ``<stage>.box``), 8 rows per tile, the
+   tiles dealt to the threads in turn.
 4. ``rfactor``: a reduction to a scalar (or to too few outputs to run in parallel) is split
    and factored so that its chunks run in parallel.
 5. ``stencil``: a kept stencil producer is computed per row tile of its consumer when it
@@ -41,10 +45,12 @@ from ..te.tensor import ComputeOp, ScanOp
 from . import model
 from .graph import const_int, has_call, loads_of, numel, same_dim
 from .pack import cache_write_as, pack_dim, pack_operand
+from .triangle import box_host, box_tiles, fusable_host, plain_loads, where_constraints
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
 KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_cols",
-         "unroll_k", "pack", "pack_rows", "order", "fuse_consumer")     # every knob of a stage
+         "unroll_k", "pack", "pack_rows", "order", "fuse_consumer",
+         "box")     # every knob of a stage
 
 
 class Knobs:
@@ -145,7 +151,7 @@ def maybe_parallel(stage, iv, work):
     try_(stage.parallel, iv)
 
 
-def attach_tile(stages, T, outer, work):
+def attach_tile(stages, T, outer, work, par=None):
     """Compute ``stages`` inside ``T`` at the innermost loop of ``outer`` (``T``'s loops
     outside the tile, outermost first) and run one of those loops in parallel.
 
@@ -162,7 +168,8 @@ def attach_tile(stages, T, outer, work):
     at = keep[-1]
     for st in stages:
         st.compute_at(T, at)
-    par = next((l for l in keep if ext(T, l) is None or ext(T, l) >= 8), None)
+    if par is None:
+        par = next((l for l in keep if ext(T, l) is None or ext(T, l) >= 8), None)
     if par is None:
         par = max(keep, key=lambda l: ext(T, l))
     maybe_parallel(T, par, work)
@@ -451,7 +458,8 @@ class Sketch:
         rect = not any(set(_vars(r.begin) | _vars(r.end)) & {a.var for a in op.axis}
                        for r in op.reduce_axis)
         col = op.axis[-1]
-        alt = self.vector_axis(op, lanes) if not sym and rect else None
+        tri = where_constraints(op) if rect and plain_loads(op, g.loads(op)) else None
+        alt = self.vector_axis(op, lanes) if not sym and rect and tri is None else None
         if alt is not None and self.k(f"{lab}.vector_axis", alt.var.name, ["last"]) != "last":
             col = alt
         row = self.row_axis(op, col)
@@ -461,6 +469,10 @@ class Sketch:
                                        const_int(col.end), hint,
                                        broadcasts=col is not op.axis[-1] and
                                        row is not None and self.window(op, row))
+        if tri is not None and mr0 > 8:
+            # rows of a triangle's box tiles: 8 (measured, 1 thread: covariance 1200 x 1000
+            # 83-90 GFLOP/s with 8 rows, 41-46 with 6, 12 or 14; syrk 1200 x 1000 100 / 97)
+            mr0 = 8
         pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
         if row is None:
             mr0 = 1
@@ -483,7 +495,10 @@ class Sketch:
         order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
                        ["ij", "ji"]) if row is not None else "ij"
         moved = col is not op.axis[-1]
+        box = tri is not None and self.k(f"{lab}.box", True, [False])
         host = self.host(op)
+        if box and host is not op and not fusable_host(host, op, g.loads(host)):
+            host = op
         if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
             host = op
         packed = pack_operand(s, s[op], pack_t, col.var, nr) if pack else None
@@ -503,18 +518,31 @@ class Sketch:
         elif host is op:
             cc = s.cache_write(op.output(0), "local")
             T, cs, cop_axes = s[op], s[cc], list(cc.op.axis)
+            if box:     # whole tiles over the triangle's bounding box (triangle.py)
+                box_tiles(s, T, cc, None if row is None or mr <= 1 else pos[row], pos[col],
+                          mr, nr)
+                cs = s[cc]
         else:
             T, cs, cop_axes = s[host], s[op], list(op.axis)
+            if box:
+                box_host(s, T, cs, None if row is None or mr <= 1 else pos[row], pos[col],
+                         mr, nr)
             cs.set_scope("local")
             self.done.add(id(host))
         self.done.add(id(op))
         hax = list(host.axis)
         houter, hinner, hjo = self.tile_loops(T, hax, pos[col], None if row is None else pos[row],
                                          mr, nr, order)
+        par = None
+        if box:     # the triangle's tiles dealt to the threads in turn (balanced)
+            houter, par = self.cyclic(T, houter)
         T.reorder(*houter, *hinner)
         work = _work(op)
-        attach_tile([cs], T, houter, work)
-        if packed is not None and order == "ji" and ext(T, hjo) != 1:
+        attach_tile([cs], T, houter, work, par)
+        if packed is not None and order == "ji" and ext(T, hjo) != 1 and par is None:
+            # (under a cyclic split the panels are packed at the root: a panel attached at
+            # the parallel part of the split loop was filled outside its loop in the last
+            # outer iteration, which isl runs apart, and read unfilled)
             # one panel packed per column tile, in cache, by the thread that uses it
             ps = s[packed]
             ps.compute_at(T, hjo)
@@ -539,6 +567,19 @@ class Sketch:
             try_(cs.unroll, r)
         try_(cs.vectorize, cinner[-1])
         try_(T.vectorize, hinner[-1])
+
+    def cyclic(self, T, outer):
+        """Split the outermost tile loop by the thread count and run the inner part, moved
+        outermost, in parallel: each thread takes every ``threads``-th tile (a triangle's
+        tiles hold unequal work, and a parallel loop gives each thread one contiguous
+        chunk).  Returns the loops and the parallel one (None: leave the choice to
+        ``attach_tile``)."""
+        t = self.m.threads
+        e = ext(T, outer[0])
+        if t < 2 or e is None or e < 2 * t:
+            return outer, None
+        po, pi = T.split(outer[0], factor=t)
+        return [pi, po] + list(outer[1:]), pi       # one parallel region, not one per po
 
     def vector_axis(self, op, lanes):
         """A data axis other than the last to vectorize the register tile along, or None.
