@@ -3,8 +3,9 @@
 The loop body becomes an internal function of one ``ptr`` argument: a struct holding every
 scalar and buffer pointer in scope, the loop bounds and a status word.  Each thread runs a chunk
 of the iteration *count* (so every chunk starts on the loop's stride); a failing thread stores
-its status atomically and the caller returns it after the join.  A loop of one iteration, or a
-module set to one thread, calls the body directly.
+its status atomically and the caller returns it after the join.  Chunks differ by at most one
+iteration, the longer ones last.  A loop of one iteration, or a module set to one thread, calls
+the body directly.
 """
 from llvmlite import ir
 
@@ -55,13 +56,17 @@ class ParallelEmitter:
         phi_ = ob.load(gep(ob, arg, nf - 2), typ=I64)
         tid = ob.sext(ob.call(self._decl("omp_get_thread_num", I32, []), []), I64)
         nth = ob.sext(ob.call(self._decl("omp_get_num_threads", I32, []), []), I64)
-        # chunk the iteration count, not the range: every thread starts on the stride
+        # chunk the iteration count, not the range: every thread starts on the stride.  The
+        # chunks differ by at most one iteration and the longer ones are the last: a loop's
+        # last iteration is often a partial tile (tedsl.poly.astgen), the cheapest one, so
+        # 33 tiles on 2 threads run as 16 and 15 + the partial one, not 17 and 16
         count = self._trip_count(ob, plo, phi_, s.step)
-        chunk = ob.sdiv(ob.add(count, ob.sub(nth, ir.Constant(I64, 1))), nth)
-        k_lo = ob.mul(tid, chunk)
-        k_lo = ob.select(ob.icmp_signed("<", k_lo, count), k_lo, count)
-        k_hi = ob.add(k_lo, chunk)
-        k_hi = ob.select(ob.icmp_signed("<", k_hi, count), k_hi, count)
+        q = ob.sdiv(count, nth)
+        short = ob.sub(nth, ob.srem(count, nth))        # threads [0, short) run q iterations
+        extra = ob.sub(tid, short)
+        zero = ir.Constant(I64, 0)
+        k_lo = ob.add(ob.mul(tid, q), ob.select(ob.icmp_signed(">", extra, zero), extra, zero))
+        k_hi = ob.add(k_lo, ob.add(q, ob.zext(ob.icmp_signed(">=", extra, zero), I64)))
         step = ir.Constant(I64, s.step)
         my_lo = ob.add(plo, ob.mul(k_lo, step))
         my_hi = ob.add(plo, ob.mul(k_hi, step))
