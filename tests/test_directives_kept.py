@@ -195,10 +195,10 @@ def test_two_vectorized_loops_in_one_nest_are_refused_at_lower(rng):
 
 # -- parallel over a split whose tail isl separates -------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="poly/astgen.py separates the partial tile at a parallel "
-                   "loop (its _loop_cuts), so the tail tile runs after the parallel loop, "
-                   "serially; with one full tile no loop is left")
 def test_parallel_outer_loop_keeps_its_partial_tile(rng):
+    """parallel(i), split(i, 5), unroll(i.inner) over 6 rows: one full tile and a partial
+    one.  The partial tile ran after the loop and the one full tile was a Let, so nothing
+    ran in parallel; now both tiles are iterations of one parallel loop."""
     n, m = te.var("n"), te.var("m")
     A = te.placeholder((6, n, m), "int64", name="A")
     B = te.compute((6, n, m), lambda i, j, l: A[i, j, l] * 2 - 1, name="B")

@@ -392,6 +392,11 @@ def _loop_cuts(program, width):
     return cuts
 
 
+def _is_parallel(program, s, iv):
+    attr = program.iv_stage.get(iv, s.stage).attrs.get(iv)
+    return attr is not None and attr.kind == "parallel"
+
+
 def _pieces(program, width):
     """isl name -> (Statement, domain): every statement under cut loops in pieces.
 
@@ -401,42 +406,91 @@ def _pieces(program, width):
     work) and, when ``k > 1``, "partial in two or more" (the corner tiles, a small share of
     the work, with ``min`` bounds).  At every cut loop the pieces split at the same value,
     so isl emits the full tiles as one loop and the partial tile after it, each holding
-    whole tile instances."""
+    whole tile instances.
+
+    A cut loop that is ``parallel`` is not cut into statements: isl would emit its partial
+    tile as a loop of its own after the parallel one, run by one thread (and with a single
+    full tile no parallel loop would be left).  Each piece's domain is instead the union of
+    its part in the full tiles of that loop and its part in the partial tile, two disjoint
+    pieces of one statement, which isl generates as one loop over all tiles with
+    ``if full: ... else: ...`` in its body."""
     cuts = _loop_cuts(program, width)
     out = {}
     for s in program.statements:
         dom = s.domain_set(program)
-        mine = [(e, cuts[x[0]]) for e, x in enumerate(s.sched)
+        mine = [(e, cuts[x[0]], _is_parallel(program, s, x[0])) for e, x in enumerate(s.sched)
                 if not isinstance(x, int) and x[0] in cuts]
         if not mine or s.kind not in ("compute", "init", "update"):
             out[s.name] = (s, dom)
             continue
         smap = s.schedule_map(program, width)
         space = smap.range().get_space()
-        heres = [one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
-                                                                   width - e - 1)
-                 for e, one in mine]
+        lift = [(one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
+                                                                   width - e - 1), par)
+                for e, one, par in mine]
+        heres = [h for h, par in lift if not par]
+        inner = [smap.intersect_range(h).domain() for h, par in lift if par]
+
+        def keep(d, name):
+            """``d`` as disjoint pieces, full or partial in each parallel cut loop."""
+            parts = [d]
+            for k in inner:
+                parts = [q for p in parts for q in (p.intersect(k), p.subtract(k))]
+            parts = [p.coalesce() for p in parts if not p.is_empty()]
+            if not parts:
+                return None
+            one = parts[0]
+            for p in parts[1:]:
+                one = one.union(p)
+            return one if name == s.name else one.set_tuple_name(name)
+
         full = isl.Set.universe(space)
         for h in heres:
             full = full.intersect(h)
-        done = smap.intersect_range(full).domain().coalesce()
-        if not done.is_empty():
-            out[s.name] = (s, done)
+        done = smap.intersect_range(full).domain()
+        piece = keep(done, s.name)
+        if piece is not None:
+            out[s.name] = (s, piece)
         for k, h in enumerate(heres):
             others = isl.Set.universe(space)
             for j, g in enumerate(heres):
                 if j != k:
                     others = others.intersect(g)
-            tail = smap.intersect_range(others.subtract(h)).domain().coalesce()
-            if not tail.is_empty():
-                name = f"{s.name}_tail{k}"
-                out[name] = (s, tail.set_tuple_name(name))
+            tail = smap.intersect_range(others.subtract(h)).domain()
+            name = f"{s.name}_tail{k}"
+            piece = keep(tail, name)
+            if piece is not None:
+                out[name] = (s, piece)
                 done = done.union(tail)
-        rest = dom.subtract(done).coalesce()
-        if not rest.is_empty():
-            name = f"{s.name}_tails"
-            out[name] = (s, rest.set_tuple_name(name))
-    return out
+        name = f"{s.name}_tails"
+        piece = keep(dom.subtract(done), name)
+        if piece is not None:
+            out[name] = (s, piece)
+    par = {iv: one for iv, one in cuts.items()
+           if any(_is_parallel(program, s, iv) for s in program.statements
+                  if any(not isinstance(x, int) and x[0] is iv for x in s.sched))}
+    return out, par
+
+
+def _after_full_tiles(m, s, par, width, statements):
+    """The schedule map ``m`` of (a piece of) ``s`` with, below each cut ``parallel`` loop,
+    the iterations of the partial tile ordered after those of full tiles one level down:
+    the ordering entry after the loop grows by more than any such entry in its partial
+    tile.  Each iteration of the loop is wholly full or wholly partial, so the order of the
+    instances is unchanged; isl then emits the body as ``if full: ... else: ...`` at its
+    top rather than tests around every statement deep inside."""
+    for d, x in enumerate(s.sched[:width - 1]):
+        if isinstance(x, int) or len(x) > 2 or x[0] not in par:
+            continue
+        k = 1 + max(e if isinstance(e, int) else 0 for e in (t.entry(d + 1) for t in statements))
+        full = par[x[0]].insert_dims(isl.dim_type.set, 0, d).add_dims(
+            isl.dim_type.set, width - d - 1)
+        dims = [f"t{j}" for j in range(width)]
+        moved = list(dims)
+        moved[d + 1] = f"t{d + 1} + {k}"
+        shift = isl.Map(f"{{ [{', '.join(dims)}] -> [{', '.join(moved)}] }}")
+        m = m.intersect_range(full).union(m.subtract_range(full).apply_range(shift))
+    return m
 
 
 # -- instances named by their loop values ------------------------------------------------------
@@ -534,13 +588,37 @@ def _leaf_space(program, s, width):
     return lvars, values, to_inst, sched
 
 
+def _options(program, width):
+    """isl's AST build options: ``separate`` at every schedule dimension (the full tiles
+    apart from the partial ones) except at a ``parallel`` loop, which stays one loop over
+    all its iterations (separated, its partial tile would run after it on one thread; see
+    :func:`_after_full_tiles`).  The loop at a position is told by the ordering entries in
+    front of it."""
+    dims = ", ".join(f"t{d}" for d in range(width))
+    space = isl.Set(f"{{ [{dims}] }}")
+    par = [space.subtract(space) for _ in range(width)]
+    for s in program.statements:
+        for d, e in enumerate(s.sched):
+            if not isinstance(e, int) and _is_parallel(program, s, e[0]):
+                cons = [f"t{j} = {v}" for j, v in enumerate(s.sched[:d]) if isinstance(v, int)]
+                par[d] = par[d].union(isl.Set(f"{{ [{dims}] : {' and '.join(cons) or '1 = 1'} }}"))
+    out = None
+    for d in range(width):
+        where = space.subtract(par[d])
+        if not where.is_empty():
+            m = isl.UnionMap.from_map(isl.Map.from_domain_and_range(
+                where, isl.Set(f"{{ separate[{d}] }}")))
+            out = m if out is None else out.union(m)
+    return out
+
+
 def generate(program):
     """Run isl's AST generator on the program's schedule; returns the loop tree."""
     if not program.statements:
         return Block(())
     check_shifted_tails(program)
     width = program.sched_width()
-    pieces = _pieces(program, width)
+    pieces, shifts = _pieces(program, width)
     leaf = {s.name: _leaf_space(program, s, width) for s in program.statements}
     smap, leaves = None, {}
     for name, (s, dom) in pieces.items():
@@ -554,11 +632,11 @@ def generate(program):
             ldom = lf[2].intersect_range(dom.set_tuple_name(s.name)).domain()
             m = lf[3].intersect_domain(ldom).set_tuple_name(isl.dim_type.in_, name)
             leaves[name] = lf[:2]
-        m = isl.UnionMap.from_map(m)
+        m = isl.UnionMap.from_map(_after_full_tiles(m, s, shifts, width, program.statements))
         smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
-    if len(pieces) > len(program.statements):
-        dims = ", ".join(f"t{d}" for d in range(width))
-        build = build.set_options(isl.UnionMap(f"{{ [{dims}] -> separate[x] }}"))
+    options = _options(program, width) if len(pieces) > len(program.statements) else None
+    if options is not None:
+        build = build.set_options(options)
     node = build.node_from_schedule_map(smap)
     return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves).node(node)
