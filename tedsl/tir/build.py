@@ -5,11 +5,14 @@ reduction's init and ``T[i] = combine(T[i], source)`` for its update; the one in
 ``te.extern`` stage becomes its call, with pointers to its buffers.  Tensors that are not
 arguments get an ``Allocate`` around the whole body.
 """
+import dataclasses
+
 from ..errors import ArgumentError, DefinitionError, ScheduleError
 from ..ir import expr as E
 from ..poly import astgen as T
 from ..ir.functor import free_vars, substitute, transform
 from ..ir.simplify import simplify
+from ..schedule.relations import Split
 from ..te.tensor import PlaceholderOp, Tensor
 from . import nodes as N
 
@@ -218,7 +221,13 @@ def from_tree(tree, bufs, ivenv=None, held=frozenset()):
     if t is T.Let:
         inner = dict(ivenv)
         inner[tree.iv] = tree.var
-        return N.LetStmt(tree.var, tree.value, _body(tree.body, bufs, inner, tree.iv, held))
+        body = _body(tree.body, bufs, inner, tree.iv, held)
+        tag = _gpu_tag(tree.stage, tree.iv)
+        if tag:         # a bound loop of one iteration stays a bound loop (of extent 1)
+            hi = E.binary("add", tree.value, E.Const(1, tree.value.dtype))
+            return N.For(tree.var, tree.value, hi, "thread", body, 1, tag,
+                         tuple(tree.stage.attrs[tree.iv].pragmas))
+        return N.LetStmt(tree.var, tree.value, body)
     if t is T.Loop:
         iv, stage, body = tree.iv, tree.stage, tree.body
         inner = dict(ivenv)
@@ -356,6 +365,7 @@ def _open(tree, chain, stages):
 
 def build_func(program, tree, args, name):
     """The ``PrimFunc`` of the program: parameters, size variables, allocations, body."""
+    tree = restore_bound_loops(program, tree)
     bufs = BufferMap(program, args)
     for fp in program.footprints.values():      # register attached buffers before the walk
         for t in fp.stage.op.outputs:
@@ -379,3 +389,174 @@ def build_func(program, tree, args, name):
                 for v in free_vars(d):
                     size_vars.setdefault(v, None)
     return N.PrimFunc(name, bufs.params, body, list(size_vars))
+
+
+# -- loops bound to GPU axes that isl proved to run once ----------------------------------------
+
+_GPU_TAGS = ("blockIdx.", "threadIdx.")
+
+
+def _gpu_tag(stage, iv):
+    """The ``blockIdx`` / ``threadIdx`` tag loop ``iv`` is bound to ("" if none)."""
+    attr = stage.attrs.get(iv) if stage is not None else None
+    if attr is None or attr.kind != "thread" or not attr.thread_tag.startswith(_GPU_TAGS):
+        return ""
+    return attr.thread_tag
+
+
+def restore_bound_loops(program, tree):
+    """``tree`` with a :class:`~tedsl.poly.astgen.Let` for every loop bound to a ``blockIdx`` /
+    ``threadIdx`` axis that isl's AST generator left out.
+
+    isl emits no loop for a schedule dimension of one value (``split(x, factor=1)``, or a
+    producer's loop whose region at its attach point is one element): the binding vanished with
+    it, so a kernel lost its only thread loop (refused as unbound) or ran a statement on every
+    thread of an axis another statement uses.  Each such loop is put back, as a loop of one
+    iteration over the dimension's value (from the statement's schedule, at the instance isl
+    names), around the largest subtree whose statements all lack it and outside the loops that
+    follow it in their schedule; ``from_tree`` makes it a bound loop of extent 1.  Where the loop
+    is the inner part of splits of one of the statement's own axes, that axis's value is written
+    through the restored loop (``i.outer + i.inner``), so the kernel indexes with its thread
+    (not in statements that touch an attached buffer, whose region offsets use isl's values)."""
+    if not any(_gpu_tag(st, iv) for st in program.schedule.stages for iv in st.attrs):
+        return tree
+    return _Restorer(program).node(tree, {})
+
+
+class _Restorer:
+    def __init__(self, program):
+        self.program = program
+        self.values = {}        # (statement, position) -> value over its iterators
+        # statements that write or read an attached buffer keep isl's values: its indices are
+        # relative to a region whose offset is a function of the same loop values
+        fps = program.footprints.values()
+        self.keep = {fp.stage for fp in fps} | {fp.stage.attach_stage for fp in fps}
+        self.readers = {name for fp in fps for name in fp.reader_o}
+
+    def _stage(self, stmt, iv):
+        return self.program.iv_stage.get(iv, stmt.stage)
+
+    def missing(self, user, opened):
+        """``[(position, iv, value)]`` of the bound dimensions of ``user``'s statement that no
+        enclosing loop opens, outermost first."""
+        stmt, out = user.stmt, []
+        if stmt.kind == "extern":
+            return out
+        for d, e in enumerate(stmt.sched):
+            if isinstance(e, int) or e[0] in opened or not _gpu_tag(self._stage(stmt, e[0]),
+                                                                    e[0]):
+                continue
+            out.append((d, e[0], self._value(stmt, d, user.values)))
+        return out
+
+    def _value(self, stmt, d, values):
+        v = self.values.get((stmt, d))
+        if v is None:
+            import islpy as isl
+            from ..poly.attach import _pw_to_expr
+            prog = self.program
+            text = (f"{prog.params_text()} -> {{ {stmt.tuple_text(prog.names)} -> "
+                    f"[({stmt.sched[d][1]})] }}")
+            dom = stmt.domain_set(prog)
+            pa = isl.PwAff(text).intersect_domain(dom).gist(dom)
+            v = self.values[(stmt, d)] = _pw_to_expr(pa, prog, len(stmt.iters), stmt.iters)
+        return simplify(E.cast(substitute(v, dict(zip(stmt.iters, values))), "int64"))
+
+    def _users(self, tree):
+        if type(tree) is T.User:
+            return [tree]
+        return [u for c in T.children(tree) for u in self._users(c)]
+
+    def node(self, tree, opened):
+        """``opened``: iv -> (Var, value) of the enclosing loops (restored ones with a value)."""
+        t = type(tree)
+        users = self._users(tree)
+        if t is T.User:
+            wrap = self.missing(tree, opened)
+        else:
+            wrap = self._common(tree, users, opened)
+        if wrap:
+            d, iv, value = wrap[0]
+            stage = self._stage(users[0].stmt, iv)
+            var = E.Var(iv.name, "int64")
+            inner = dict(opened)
+            inner[iv] = (var, value)
+            return T.Let(iv, stage, var, value, self.node(tree, inner))
+        if t is T.User:
+            return T.User(tree.stmt, self._through(tree, opened))
+        inner = opened
+        if t in (T.Loop, T.Let):
+            inner = dict(opened)
+            inner[tree.iv] = (tree.var, None)
+        if t is T.Block:
+            return T.Block(tuple(self.node(c, inner) for c in tree.children))
+        if t is T.If:
+            return T.If(tree.cond, self.node(tree.then, inner),
+                        self.node(tree.else_, inner) if tree.else_ is not None else None)
+        return dataclasses.replace(tree, body=self.node(tree.body, inner))
+
+    def _common(self, tree, users, opened):
+        """The first missing bound dimension shared by every statement under ``tree`` (same
+        loop, same value over the loops already open, before ``tree``'s own loop), or []."""
+        if not users:
+            return []
+        found = None
+        for u in users:
+            miss = self.missing(u, opened)
+            if not miss:
+                return []
+            d, iv, value = miss[0]
+            if type(tree) in (T.Loop, T.Let):
+                here = [k for k, e in enumerate(u.stmt.sched)
+                        if not isinstance(e, int) and e[0] is tree.iv]
+                if not here or here[0] < d:
+                    return []
+            known = {v for v, _ in opened.values()}
+            if not all(x in known for x in free_vars(value)):
+                return []
+            if found is None:
+                found = miss[0]
+            elif found[1] is not iv or not _same(found[2], value):
+                return []
+        return [found]
+
+    def _through(self, user, opened):
+        """The instance's iterator values with each restored loop of a split chain of the
+        statement's own axes written in: ``axis + coefficient * (loop - value)``."""
+        vals = list(user.values)
+        stage = user.stmt.stage
+        if stage in self.keep or user.stmt.name in self.readers:
+            return user.values
+        for iv, (var, value) in opened.items():
+            if value is None or self.program.iv_stage.get(iv) is not stage:
+                continue
+            root = _split_root(stage, iv)
+            if root is None or root[0].var not in user.stmt.iters:
+                continue
+            k = user.stmt.iters.index(root[0].var)
+            delta = E.binary("mul", E.binary("sub", var, value), E.Const(root[1], "int64"))
+            vals[k] = E.binary("add", vals[k], delta)
+        return tuple(vals)
+
+
+def _split_root(stage, iv):
+    """``(root axis, coefficient)`` of leaf ``iv`` reached through splits with integer
+    factors only (``parent = outer * factor + inner``), or None."""
+    coef = 1
+    while iv not in stage.root_iter_vars:
+        for rel in stage.relations:
+            if isinstance(rel, Split) and rel.inner is iv:
+                iv = rel.parent
+                break
+            if isinstance(rel, Split) and rel.outer is iv and isinstance(rel.factor, int):
+                coef *= rel.factor
+                iv = rel.parent
+                break
+        else:
+            return None
+    return iv, coef
+
+
+def _same(a, b):
+    d = simplify(E.binary("sub", a, b))
+    return isinstance(d, E.Const) and d.value == 0

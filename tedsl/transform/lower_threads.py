@@ -119,6 +119,11 @@ def _is_bound(s, tags):
     return type(s) is N.For and s.kind == "thread" and s.thread_tag in tags
 
 
+def _runs_once(loop):
+    n = simplify(E.binary("sub", loop.hi, loop.lo))
+    return type(n) is E.Const and n.value == 1
+
+
 def _stage_names(s):
     names = []
     for _, buf, _, store, _ in accesses(s):
@@ -364,9 +369,11 @@ def _privatize(a, block, sizes):
         return None
     buf = a.buffer
     acc = [x for x in accesses(a.body) if x[1] is buf]
+    # an axis of one thread (a bound loop of one iteration, kept so) selects no thread's part
+    tags = tuple(t for t, n in zip(THREAD_TAGS, block) if n > 1)
     tvars = {}
     walk_stmts(a.body, lambda x, st: tvars.__setitem__(x.var, x.thread_tag)
-               if _is_bound(x, THREAD_TAGS) else None)
+               if _is_bound(x, tags) else None)
     if not tvars or not acc:
         return None
     sigs = []
@@ -457,8 +464,8 @@ def _update(st):
 
 
 def _reduce_across_threads(loop):
-    if not _is_bound(loop, BLOCK_TAGS + THREAD_TAGS):
-        return None
+    if not _is_bound(loop, BLOCK_TAGS + THREAD_TAGS) or _runs_once(loop):
+        return None     # a bound loop of one iteration combines nothing across threads
     inner, allocated = {loop.var}, set()
 
     def visit(x, _):
