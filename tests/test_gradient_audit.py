@@ -191,7 +191,8 @@ def _conv():
 
 def _every_primitive(s, grads):
     """split, tile, fuse, reorder, unroll, vectorize, parallel, compute_at, compute_inline,
-    cache_read, cache_write and rfactor on the conv2d's gradient stages."""
+    storage_align, pragma, cache_read, cache_write and rfactor on the conv2d's gradient
+    stages (bind is CUDA's: tests/test_cuda_*)."""
     dX, dW = grads
     st = {t.op.name: t for t in s.stages}
     pad = next(t for n, t in st.items() if "zero_padded" in n)
@@ -209,6 +210,8 @@ def _every_primitive(s, grads):
     s[rf].parallel(rf.op.axis[0])
     WL = s.cache_write(dW, "local")
     s[WL].unroll(WL.op.axis[-1])
+    s[rf].storage_align(rf.op.axis[1], 8, 1)
+    s[dX].pragma(ho, "unroll_explicit")
     xpad = st["conv2d_nchw_pad"]
     s.cache_read(xpad.op.output(0), "global", [rf])
     xpad.compute_inline()

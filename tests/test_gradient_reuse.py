@@ -76,3 +76,18 @@ def test_sum_of_squares_is_matched_and_a_mismatch_keeps_the_gather(rng):
     dA3, = te.gradient(Z2, [A], te.placeholder((n,), F, name="h3"))
     assert any(x.startswith("Q_grad_gather_W") for x in _gathers(dA3))
     _check(Z2, [A], [rng.uniform(0.5, 1.5, (n, m))])
+
+
+def test_reuse_with_symbolic_sizes(rng):
+    n, d = te.var("n"), te.var("d")
+    X = te.placeholder((n, d), F, name="X")
+    g = te.placeholder((d,), F, name="g")
+    Y = ops.layer_norm(X, g)
+    head = te.placeholder(Y.shape, F, name="head")
+    dX, dg = te.gradient(Y, [X, g], head)
+    assert not any(x.endswith("_var") for x in _gathers([dX, dg]))
+    for nv, dv in ((3, 5), (1, 4)):
+        h = rng.uniform(-1, 1, (nv, dv))
+        errors = check_gradient(Y, [X, g], [rng.uniform(-1, 1, (nv, dv)),
+                                            rng.uniform(0.5, 1.5, dv)], h)[2]
+        assert max(errors) <= 1e-6, errors

@@ -13,9 +13,12 @@ position): the gather is then ``sum_a c_a * R_a[x] + c_0 * count``.  Only a plai
 ranges of constants and sizes qualifies (no ``where``), so the count is the product of the
 extents; the result is exact up to the rounding of a reassociated sum.
 """
+import islpy as isl
+
 from ..ir import expr as E
 from ..ir.functor import free_vars, substitute
 from ..ir.simplify import simplify
+from ..poly.convert import IslNames, NotAffine, aff
 
 
 def _decompose(e, inner, skey):
@@ -51,6 +54,20 @@ def _decompose(e, inner, skey):
     return {skey(e): [e, E.const(1, e.dtype)]}
 
 
+def _same(a, b, skey):
+    """Whether two integer bounds are equal for every value of the sizes (isl decides when
+    both are quasi-affine: the bounds isl derives carry casts a plain comparison misses)."""
+    if skey(simplify(a)) == skey(simplify(b)):
+        return True
+    names = IslNames()
+    try:
+        ta, tb = aff(a, names, set()), aff(b, names, set())
+    except NotAffine:
+        return False
+    return isl.Set(f"[{', '.join(names.params)}] -> {{ : {ta} < {tb} or {ta} > {tb} }}") \
+        .is_empty()
+
+
 def _match(atom, xvars, free, sums, skey):
     """The forward sum stage whose element ``x`` is ``sum_t atom(x, t)`` over ``free``."""
     want = skey(simplify(atom))
@@ -59,9 +76,9 @@ def _match(atom, xvars, free, sums, skey):
             continue
         vm = {a.var: x for a, x in zip(op.axis, xvars)}
         vm.update({r.var: v for r, (v, _, _) in zip(op.reduce_axis, free)})
-        if any(skey(simplify(substitute(r.begin, vm))) != skey(simplify(lo)) or
-               skey(simplify(substitute(r.end, vm))) != skey(simplify(hi))
-               for r, (_, lo, hi) in zip(op.reduce_axis, free)):
+        if not all(_same(substitute(r.begin, vm), lo, skey) and
+                   _same(substitute(r.end, vm), hi, skey)
+                   for r, (_, lo, hi) in zip(op.reduce_axis, free)):
             continue
         if skey(simplify(substitute(op.body[0].source[0], vm))) == want:
             return op.output(0)[tuple(xvars)]
