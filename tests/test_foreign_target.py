@@ -103,3 +103,24 @@ def test_missing_features_as_llvm_decides():
     drop = ",".join(f"-{f}" for f in missing)
     assert target_mod.missing_features(cpu, drop) == ()
     assert target_mod.parse("llvm -mcpu=native").mcpu is None
+
+
+def test_an_unknown_cpu_is_refused_not_a_crash():
+    """LLVM took an unknown -mcpu for a 32-bit generic CPU and stopped the process ("64-bit
+    code requested on a subtarget that doesn't support it"); run in a child process."""
+    import subprocess
+    import sys
+    code = ("import tedsl as te\n"
+            "A = te.placeholder((8,), name='A')\n"
+            "B = te.compute((8,), lambda i: A[i] + 1, name='B')\n"
+            "s = te.create_schedule(B)\n"
+            "for cpu in ('bogus', 'i686'):\n"
+            "    try:\n"
+            "        te.build(s, [A, B], target='llvm -mcpu=' + cpu)\n"
+            "    except te.ArgumentError as e:\n"
+            "        print('refused:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    for cpu in ("bogus", "i686"):
+        assert f"-mcpu={cpu} is not an x86-64 CPU LLVM knows" in proc.stdout, proc.stdout

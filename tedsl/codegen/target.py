@@ -98,11 +98,30 @@ def cpu_and_features(target):
     """``(cpu, features)`` for LLVM: the host's (or ``-mcpu``'s), then ``-mattr`` applied."""
     name, feats = host_cpu()
     if target.mcpu:
+        check_cpu(target)
         name, feats = target.mcpu, ""
     if target.mattr:
         check_mattr(target)
         feats = ",".join(f for f in (feats, target.mattr) if f)    # the later entry wins
     return name, feats
+
+
+def check_cpu(target):
+    """Refuse an ``-mcpu`` that LLVM does not know as an x86-64 CPU (on an x86-64 machine): LLVM
+    would take it for a 32-bit generic CPU and stop the process building 64-bit code."""
+    if not _known_x86_64(target.mcpu):
+        raise ArgumentError(f"target '{target}': -mcpu={target.mcpu} is not an x86-64 CPU LLVM "
+                            "knows (e.g. haswell, skylake-avx512, sapphirerapids, znver4; "
+                            "-mcpu=native for this machine)")
+
+
+@functools.lru_cache(maxsize=None)
+def _known_x86_64(cpu):
+    from .llvm_compile import init_llvm, inline_compatible
+    if not init_llvm().get_process_triple().startswith("x86_64"):
+        return True
+    # a known x86-64 CPU has the baseline's features; an unknown name has none (LLVM warns)
+    return inline_compatible("x86-64", "", cpu, "+64bit")
 
 
 def check_mattr(target):
