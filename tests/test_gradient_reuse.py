@@ -29,6 +29,8 @@ def test_layer_norm_mean_adjoint_reads_the_forward_sum(rng):
     # the mean's adjoint through the variance: -2/D (S - D m), no pass over X
     assert not any(n.endswith("_var") for n in names), names
     assert any(n.startswith("layer_norm_var_grad_gather") for n in names)   # reads head
+    # dg sums over the rows: its reduce axis is not named like its own axis i0
+    assert dg.op.tag == "gradient_gather" and "head[r0, i0]" in repr(dg.op.body[0])
     _check(Y, [X, g], [rng.uniform(-1, 1, (5, 9)), rng.uniform(0.5, 1.5, 9)])
 
 

@@ -228,7 +228,9 @@ def plan_read(op, indices, path_conds, X, xvars, extra_tensors=()):
     if S.is_empty():
         return Plan(form, empty=True, absorbed=absorbed)
     keep = xn + [names.name(v) for v in free]
-    new_vars = {v: E.Var(v.name, "int32") for v in free}
+    axes = {f"i{k}" for k in range(len(xvars))}     # the names compute gives X's axes
+    new_vars = {v: E.Var(f"r{v.name[1:]}" if v.name in axes else v.name, "int32")
+                for v in free}
     env = {n: v for n, v in zip(xn, xvars)}
     env.update({names.name(v): new_vars[v] for v in free})
     pctx = isl.Set(f"[{params}] -> {{ : {' and '.join(ctx) or '1 = 1'} }}")
