@@ -12,8 +12,9 @@ Candidates are scheduled, lowered and compiled to object code in builder process
 core) and measured one at a time in a measuring process, the builders paused meanwhile
 (:mod:`tedsl.tune.workers`): it
 loads the object code, runs it on seeded random inputs with NaN-poisoned outputs, compares with
-the reference (the outputs of the unscheduled definition, computed once), times it through its
-packed entry in short rounds and times it again when the rounds disagree and it may be the
+the reference (the outputs of the unscheduled definition, computed once) and times it through
+its packed entry in short rounds, as many as its rank needs: three when they agree or the
+candidate is clearly slower than the best so far, more when they disagree and it may be the
 best.  Candidates whose knobs give the same trace or the same lowered program are lowered,
 compiled and measured once (their records share the measurement).  A candidate that fails to build, computes a wrong result,
 crashes its process or runs past ``timeout`` is recorded as failed with the reason; the search
@@ -138,7 +139,7 @@ def _build(state, params):
     LLVM time): the measuring process calls their packed entry."""
     from ..driver import compile_cpu_object
     from ..transform.pipeline import lower
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     s = state["schedule_fn"](state["outs"], state["target"], params)
     trace = s.trace.to_list() if s.trace.complete else None
     same = state.setdefault("compiled", {})         # program hash -> (header, obj)
@@ -157,7 +158,7 @@ def _build(state, params):
             by_trace[tkey] = program
     header, obj = same[program]
     return {"header": header, "obj": obj, "trace": trace, "program": program,
-            "build_seconds": time.perf_counter() - t0}
+            "build_seconds": time.perf_counter() - t0, "build_cpu": time.process_time() - c0}
 
 
 def _measure_init(blob, expected, seed, rtol, repeat_ms):
@@ -203,32 +204,44 @@ def _packed_timer(mod, arrays):
 
 
 def _measure(state, built):
-    """Load, check and time one candidate: five rounds of ``repeat_ms`` (short rounds, so that
-    a round seldom loses the core on a busy machine), and five more when they disagree by more
-    than 15 % and the candidate may be the best so far (``built["best"]``, seconds): a slower
-    one is not worth the time."""
+    """Load, check and time one candidate, for as long as its rank needs and no longer.
+
+    A round lasts about ``repeat_ms``: its calls are counted from the checked first call and
+    a warm round.  Three rounds first, and no more when they agree within 5 % (the median is
+    stable) or are all over 1.5x the best so far (``built["best"]``, seconds: clearly slower,
+    its rank is settled); else two more, and five more again when the five disagree by more
+    than 15 % and it may be the best (within 1.2x)."""
     from ..driver import module_from_object
+    t0 = time.perf_counter()
     mod = module_from_object(built["header"], built["obj"])
     if mod is None:
         raise TedslError("LLVM refused to load the candidate's object code")
-    t0 = time.perf_counter()
+    t1 = time.perf_counter()
     outs = _run_checked(state, mod)
-    first = time.perf_counter() - t0
-    number = max(1, int(state["repeat_ms"] * 1e-3 / max(first, 1e-7)))
+    first = time.perf_counter() - t1
+    goal = state["repeat_ms"] * 1e-3
     run = _packed_timer(mod, [*state["inputs"], *outs])
     if run is not None:
-        number = 1                  # calls per round: doubled until a round lasts repeat_ms
-        while number < 1 << 20 and run(number) * number < state["repeat_ms"] * 1e-3:
-            number *= 2
+        number = _calls_per_round(goal, first)
+        number = _calls_per_round(goal, run(number))            # the warm round
         timed = lambda k: [run(number) for _ in range(k)]   # noqa: E731
     else:
+        number = _calls_per_round(goal, first)
         timed = lambda k: list(mod.time_evaluator(number=number, repeat=k)(  # noqa: E731
             *state["inputs"], *outs).results)
-    res = timed(5)
+    res = timed(3)
     best = built.get("best")
-    if max(res) > 1.15 * min(res) and (best is None or min(res) < 1.2 * best):
-        res += timed(5)                                 # noisy and a contender: again
-    return {"seconds": float(np.median(res)), "rounds": len(res)}
+    if max(res) > 1.05 * min(res) and (best is None or min(res) < 1.5 * best):
+        res += timed(2)
+        if max(res) > 1.15 * min(res) and (best is None or min(res) < 1.2 * best):
+            res += timed(5)                             # noisy and a contender: again
+    return {"seconds": float(np.median(res)), "rounds": len(res),
+            "measure_seconds": time.perf_counter() - t0}
+
+
+def _calls_per_round(goal, per_call):
+    """Calls that take about ``goal`` seconds at ``per_call`` seconds each (1 to 2**20)."""
+    return max(1, min(1 << 20, int(goal / max(per_call, 1e-9))))
 
 
 def reference_outputs(outs, seed, target="llvm"):
@@ -354,9 +367,31 @@ class _Proposer:
         return best + self.rng.sample(rest, min(n_explore, len(rest)))
 
 
+def _resumed(records, resume, key, proposer, show):
+    """``(measured, seen, best)`` from the records of ``key`` (``resume``), the cost model
+    trained on them."""
+    measured, seen, best = [], set(), None           # best: (seconds, params, trace)
+    if not resume:
+        return measured, seen, best
+    if records is None or not os.path.exists(records):
+        raise ArgumentError(f"tune.auto: resume=True needs an existing records file, got "
+                            f"{records!r}")
+    for r in database.load(records):
+        if r.workload != key:
+            continue
+        seen.add(_key(r.config))
+        measured.append((r.config, r.seconds if r.valid else None))
+        proposer.model.add(r.config, r.seconds if r.valid else None)
+        if r.valid and (best is None or r.seconds < best[0]):
+            best = (r.seconds, r.config, r.trace)
+    if show is not None:
+        show.note(f"resumed from {len(measured)} records of {records}")
+    return measured, seen, best
+
+
 def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=False, *,
          progress=True, name=None, flop=None, seed=0, builders=None, timeout=10.0,
-         build_timeout=300.0, rtol=1e-4, repeat_ms=4.0, plot=None, space_fn=None,
+         build_timeout=300.0, rtol=1e-4, repeat_ms=1.0, plot=None, space_fn=None,
          schedule_fn=None):
     """Search the auto-scheduler's knobs for the fastest schedule of ``outs``.
 
@@ -392,7 +427,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     rtol : float
         Tolerance of the comparison with the reference outputs.
     repeat_ms : float
-        Target duration of one timing round.
+        Target duration of one timing round (a candidate is timed in 3 to 10 rounds, see
+        the module doc).
     plot : str or path, optional
         PNG of the best speed over time (default: ``records`` with ``.png``, when records are
         kept); drawn when matplotlib is installed, else skipped with a note.
@@ -405,7 +441,11 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     -------
     tedsl.Schedule
         The fastest candidate's schedule, for ``outs``' own tensors; ``.tune_result`` holds
-        ``{"params", "seconds", "trials", "failed", "elapsed", "records"}``.
+        ``{"params", "seconds", "trials", "failed", "elapsed", "records", "rate", "phases"}``:
+        ``rate`` is candidates per second of ``elapsed``, ``phases`` where the time went
+        (seconds: ``start``, until the first candidate was recorded; ``build``, the
+        builders' CPU time; ``measure``, the measuring process's time with the builders
+        paused; ``search``, the CPU time of this process).
 
     Raises
     ------
@@ -426,45 +466,30 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     name = name or outs[0].op.name.replace(".", "_")
     if not name.isidentifier():
         name = "kernel"
-    key = {"auto": name, "definition": definition_key(outs, name), "target": str(target)}
-    space = space_fn(outs, target)
-    default = {k: v[0] for k, v in space.items()}
-    rng = random.Random(seed)
-    proposer = _Proposer(space, rng)
-    show = None
-    if progress:
-        show = AutoProgress(name, flop, None if progress is True else progress)
-
-    measured, seen, history, failures = [], set(), [], []
-    best = None                                  # (seconds, params, trace)
-    if resume and records is not None and os.path.exists(records):
-        for r in database.load(records):
-            if r.workload != key:
-                continue
-            seen.add(_key(r.config))
-            measured.append((r.config, r.seconds if r.valid else None))
-            proposer.model.add(r.config, r.seconds if r.valid else None)
-            if r.valid and (best is None or r.seconds < best[0]):
-                best = (r.seconds, r.config, r.trace)
-        if show is not None:
-            show.note(f"resumed from {len(measured)} records of {records}")
-    elif resume:
-        raise ArgumentError(f"tune.auto: resume=True needs an existing records file, got "
-                            f"{records!r}")
-
     blob = _pickled(outs)
     n_build = builders or max(1, os.cpu_count() or 1)
     build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build)
                 for _ in range(n_build)]
     start = time.monotonic()
+    cpu0 = time.process_time()
     for w in build_ws:
-        w.start()             # the builders start up while the reference is computed here
+        w.start()      # the builders start up while the space and the reference are made here
     try:
+        key = {"auto": name, "definition": definition_key(outs, name), "target": str(target)}
+        space = space_fn(outs, target)
+        proposer = _Proposer(space, random.Random(seed))
+        show = None
+        if progress:
+            show = AutoProgress(name, flop, None if progress is True else progress)
+        measured, seen, best = _resumed(records, resume, key, proposer, show)
         expected = reference_outputs(outs, seed, target)
     except BaseException:
         for w in build_ws:
             w.stop()
         raise
+    default = {k: v[0] for k, v in space.items()}
+    history, failures = [], []
+    phases = {"start": None, "build": 0.0, "measure": 0.0, "search": 0.0}
     measure_w = Worker(_measure_init, (blob, expected, seed, rtol, repeat_ms), _measure)
     queue = [] if _key(default) in seen else [default]
     seen.update(_key(p) for p in queue)
@@ -487,6 +512,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         if new_best:
             best = (seconds, params, trace)
         elapsed = time.monotonic() - start
+        if phases["start"] is None:
+            phases["start"] = elapsed
         history.append((elapsed, best[0] if best else None))
         if records is not None:
             database.save(records, [database.Record(key, params, seconds, error, trace=trace)])
@@ -557,6 +584,9 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                 if got is None:
                     continue
                 tid, ok, value = got
+                if ok:
+                    phases["build"] += value.get("build_cpu", 0.0)
+                    phases["measure"] += value.get("measure_seconds", 0.0)
                 if w is measure_w:
                     settle(tid, (value["seconds"], None) if ok else (None, value))
                 elif ok and value["program"] in programs:    # measured before: the same code
@@ -579,6 +609,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         for w in build_ws + [measure_w]:
             w.stop()
     elapsed = time.monotonic() - start
+    phases["search"] = time.process_time() - cpu0
     if show is not None:
         show.update(done, failed, best and best[0], elapsed, 0.0, final=True)
     if best is None:
@@ -592,7 +623,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         _plot(plot or os.fspath(records) + ".png", history, flop, name, show)
     s = schedule_of(outs, target, best[1], best[2], schedule_fn)
     s.tune_result = {"params": best[1], "seconds": best[0], "trials": done, "failed": failed,
-                     "elapsed": elapsed, "records": records}
+                     "elapsed": elapsed, "records": records, "rate": done / elapsed,
+                     "phases": phases}
     return s
 
 

@@ -1,0 +1,152 @@
+"""Search throughput of ``tedsl.tune.auto`` on small kernels: candidates per second.
+
+Three small kernels, each searched ``--rounds`` times (kernels interleaved, medians kept):
+
+* ``elementwise 64x64``: a chain of three elementwise ops.  The auto-scheduler's space of
+  this chain has one candidate (everything inlined), so it is searched over a small space of
+  its own (inline or not, inner split, vectorize, parallel: 40 candidates).
+* ``matmul 64x64x64``: the auto-scheduler's space (register tile, unroll, loop order).
+* ``softmax 64x128``: the auto-scheduler's space (inline, rfactor: 8 candidates).
+
+Columns: candidates measured (failures included) and failed; ``cand/s``: candidates per
+second of the search's wall time, start-up included (worker processes, reference);
+``steady cand/s``: after the first candidate was recorded; ``start s``: until then; CPU per
+candidate (ms): ``build`` (builder processes: schedule, lower, LLVM), ``measure`` (measuring
+process, wall, the builders paused meanwhile), ``all`` (every process of the search, start-up
+included: a figure that depends little on the machine's load); the best time found.
+
+Run: ``python benchmarks/tune_throughput.py [--rounds 3] [--trials 40] [--no-write]``; writes
+the ``tune_throughput`` section of RESULTS.md.
+"""
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+
+from common import machine_description, markdown_table, write_results
+
+import tedsl as te
+from tedsl import tune
+
+N = 64
+
+
+def elementwise():
+    A = te.placeholder((N, N), name="A")
+    B = te.compute((N, N), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    C = te.compute((N, N), lambda i, j: te.exp(B[i, j]) - A[i, j], name="C")
+    D = te.compute((N, N), lambda i, j: te.max(C[i, j], 0.5), name="D")
+    return [D]
+
+
+def elementwise_space(outs, target):
+    return {"inline": [True, False], "inner": [64, 32, 16, 8, 4], "vectorize": [True, False],
+            "parallel": [True, False]}
+
+
+def elementwise_schedule(outs, target, p):
+    """The chain scheduled by the knobs of :func:`elementwise_space`."""
+    (D,) = outs
+    C = D.op.input_tensors()[0]
+    B = next(t for t in C.op.input_tensors() if t.op.name == "B")
+    s = te.create_schedule(D)
+    stages = [D]
+    if p["inline"]:
+        s[B].compute_inline()
+        s[C].compute_inline()
+    else:
+        stages += [B, C]
+    for t in stages:
+        i, j = t.op.axis
+        jo, ji = s[t].split(j, factor=p["inner"])
+        if p["vectorize"]:
+            s[t].vectorize(ji)
+        if p["parallel"]:
+            s[t].parallel(i)
+    return s
+
+
+def matmul():
+    A = te.placeholder((N, N), name="A")
+    B = te.placeholder((N, N), name="B")
+    k = te.reduce_axis((0, N), name="k")
+    return [te.compute((N, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")]
+
+
+def softmax():
+    from tedsl import ops
+    return [ops.softmax(te.placeholder((64, 128), name="X"))]
+
+
+def kernels(this):
+    """``name -> (make_outs, extra tune.auto arguments)``; ``this`` is this module imported
+    by name, so that the worker processes can import the space functions."""
+    return {
+        "elementwise 64x64": (this.elementwise, {"space_fn": this.elementwise_space,
+                                                 "schedule_fn": this.elementwise_schedule}),
+        "matmul 64x64x64": (this.matmul, {}),
+        "softmax 64x128": (this.softmax, {}),
+    }
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def search_once(make, extra, trials):
+    """One search; its figures (a dict)."""
+    outs = make()
+    c0, p0 = children_cpu(), time.process_time()
+    s = tune.auto(outs, trials=trials, progress=False, **extra)
+    cpu = children_cpu() - c0 + time.process_time() - p0
+    r = s.tune_result
+    n, nan = r["trials"], float("nan")
+    ph = r.get("phases") or {"start": None, "build": nan, "measure": nan}   # older tedsl
+    start = ph["start"] or r["elapsed"]
+    return {"n": n, "failed": r["failed"], "rate": n / r["elapsed"],
+            "steady": (n - 1) / (r["elapsed"] - start) if n > 1 and r["elapsed"] > start
+            else nan,
+            "start": start, "build": ph["build"] / n * 1e3, "measure": ph["measure"] / n * 1e3,
+            "all": cpu / n * 1e3, "best": r["seconds"] * 1e6}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3, help="searches per kernel (median kept)")
+    p.add_argument("--trials", type=int, default=40, help="candidates per search")
+    p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
+    opts = p.parse_args(argv)
+    import tune_throughput as this
+    cases = kernels(this)
+    got = {name: [] for name in cases}
+    for _ in range(opts.rounds):
+        for name, (make, extra) in cases.items():
+            got[name].append(search_once(make, extra, opts.trials))
+            print(f"{name}: {got[name][-1]['rate']:.1f} candidates/s", file=sys.stderr)
+    med = lambda xs, k: statistics.median(x[k] for x in xs)   # noqa: E731
+    header = ["kernel", "candidates", "failed", "cand/s", "steady cand/s", "start s",
+              "build ms/cand", "measure ms/cand", "all CPU ms/cand", "best us"]
+    rows = [[name, f"{med(xs, 'n'):.0f}", f"{med(xs, 'failed'):.0f}", f"{med(xs, 'rate'):.1f}",
+             f"{med(xs, 'steady'):.1f}", f"{med(xs, 'start'):.2f}", f"{med(xs, 'build'):.0f}",
+             f"{med(xs, 'measure'):.1f}", f"{med(xs, 'all'):.0f}", f"{med(xs, 'best'):.2f}"]
+            for name, xs in got.items()]
+    table = markdown_table(header, rows)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    note = (f"`tune.auto(outs, trials={opts.trials})` with its defaults (a builder process per "
+            "core, paused while a candidate is timed; one measuring process), medians of "
+            f"{opts.rounds} searches per kernel, kernels interleaved. Machine: "
+            f"{machine_description()}; load average {load:.1f} at the end (wall-clock rates "
+            "follow the load; CPU per candidate much less).")
+    print(table)
+    print()
+    print(note)
+    if not opts.no_write:
+        write_results("tune_throughput", "## Search throughput on small kernels (tune.auto)\n\n"
+                      + table + "\n\n" + note)
+
+
+if __name__ == "__main__":
+    main()
