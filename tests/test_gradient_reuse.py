@@ -93,3 +93,25 @@ def test_reuse_with_symbolic_sizes(rng):
         errors = check_gradient(Y, [X, g], [rng.uniform(-1, 1, (nv, dv)),
                                             rng.uniform(0.5, 1.5, dv)], h)[2]
         assert max(errors) <= 1e-6, errors
+
+
+def test_empty_symbolic_range_gives_zero_not_nan(rng):
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), F, name="A")
+    v = te.placeholder((n,), F, name="v")
+    k = te.reduce_axis((0, m), name="k")
+    S = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    k2 = te.reduce_axis((0, m), name="k2")
+    Q = te.compute((n,), lambda i: te.sum((A[i, k2] - v[i]) * (A[i, k2] - v[i]) +
+                                          A[i, k2] * v[i] / te.cast(m, F), axis=k2), name="Q")
+    Y = te.compute((n,), lambda i: Q[i] + S[i], name="Y")
+    head = te.placeholder((n,), F, name="head")
+    dv, = te.gradient(Y, [v], head)
+    assert _gathers(dv) == []             # (1/m - 2) S + 2 m v: no gather, inf * 0 at m = 0
+    f = te.build(te.create_schedule(dv), [A, v, head, dv])
+    out = np.full(4, np.nan)
+    f(np.zeros((4, 0)), rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4), out)
+    np.testing.assert_array_equal(out, 0.0)
+    errors = check_gradient(Y, [v], [rng.uniform(-1, 1, 4)], rng.uniform(-1, 1, 4), [A],
+                            [rng.uniform(-1, 1, (4, 3))])[2]
+    assert max(errors) <= 1e-6, errors

@@ -9,7 +9,8 @@ written with ``S`` it is a term per row.
 ``reuse_sums`` decomposes the summand into ``sum_a c_a * a + c_0`` where the coefficients
 ``c`` do not depend on the sum's axes, and succeeds when every ``a`` is the body of a forward
 ``te.sum`` stage over the same range (``R[x] = sum_t a(x, t)``, matched position by
-position): the gather is then ``sum_a c_a * R_a[x] + c_0 * count``.  Only a plain box of
+position): the gather is then ``sum_a c_a * R_a[x] + c_0 * count`` (0 where the count of a
+symbolic range is 0, so a coefficient such as ``1 / count`` does not make a NaN).  Only a plain box of
 ranges of constants and sizes qualifies (no ``where``), so the count is the product of the
 extents; the result is exact up to the rounding of a reassociated sum.
 """
@@ -97,13 +98,13 @@ def reuse_sums(val, free, where, xvars, sums, skey):
     parts = _decompose(val, inner, skey)
     if parts is None:
         return None
+    count = None
+    for _, lo, hi in free:
+        n = E.cast(simplify(E.binary("sub", hi, lo)), val.dtype)
+        count = n if count is None else E.binary("mul", count, n)
     out = None
     for key, (atom, c) in parts.items():
         if atom is None:
-            count = None
-            for _, lo, hi in free:
-                n = E.cast(E.binary("sub", hi, lo), val.dtype)
-                count = n if count is None else E.binary("mul", count, n)
             term = E.binary("mul", c, count)
         else:
             load = _match(atom, xvars, free, sums, skey)
@@ -111,4 +112,8 @@ def reuse_sums(val, free, where, xvars, sums, skey):
                 return None
             term = E.binary("mul", c, E.cast(load, val.dtype))
         out = term if out is None else E.binary("add", out, term)
+    count = simplify(count)
+    if not (isinstance(count, E.Const) and count.value > 0):    # an empty range sums to 0,
+        zero = E.const(0, val.dtype)                            # whatever the coefficients
+        out = E.select(E.compare("gt", count, zero), out, zero)
     return out
