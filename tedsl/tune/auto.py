@@ -213,6 +213,8 @@ def _measure(state, built):
     than 15 % and it may be the best (within 1.2x)."""
     from ..driver import module_from_object
     t0 = time.perf_counter()
+    if "expected" in built:                     # the first candidate of this process
+        state["expected"] = built["expected"]
     mod = module_from_object(built["header"], built["obj"])
     if mod is None:
         raise TedslError("LLVM refused to load the candidate's object code")
@@ -470,10 +472,12 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     n_build = builders or max(1, os.cpu_count() or 1)
     build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build)
                 for _ in range(n_build)]
+    # the reference outputs reach the measuring process with its first candidate
+    measure_w = Worker(_measure_init, (blob, None, seed, rtol, repeat_ms), _measure)
     start = time.monotonic()
     cpu0 = time.process_time()
-    for w in build_ws:
-        w.start()      # the builders start up while the space and the reference are made here
+    for w in build_ws + [measure_w]:
+        w.start()      # the workers start up while the space and the reference are made here
     try:
         key = {"auto": name, "definition": definition_key(outs, name), "target": str(target)}
         space = space_fn(outs, target)
@@ -484,13 +488,12 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         measured, seen, best = _resumed(records, resume, key, proposer, show)
         expected = reference_outputs(outs, seed, target)
     except BaseException:
-        for w in build_ws:
+        for w in build_ws + [measure_w]:
             w.stop()
         raise
     default = {k: v[0] for k, v in space.items()}
     history, failures = [], []
     phases = {"start": None, "build": 0.0, "measure": 0.0, "search": 0.0}
-    measure_w = Worker(_measure_init, (blob, expected, seed, rtol, repeat_ms), _measure)
     queue = [] if _key(default) in seen else [default]
     seen.update(_key(p) for p in queue)
     built, params_of = [], {}
@@ -498,6 +501,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     waiting = {}             # program being measured -> [(tid, trace)] of its other candidates
     done = failed = 0
     next_id = 0
+    expected_in = None       # the measuring process that holds the reference outputs
 
     def record(tid, seconds, error, trace):
         nonlocal done, failed, best
@@ -545,7 +549,6 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
 
     in_flight = lambda: len(params_of)  # noqa: E731
     try:
-        measure_w.start()
         exhausted = False
         while not finished():
             budget = None if trials is None else trials - done - in_flight()
@@ -567,6 +570,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
             if not measure_w.busy and built:
                 tid, result = built.pop(0)
                 result["best"] = best and best[0]
+                if measure_w.proc.pid != expected_in:         # a new measuring process
+                    result["expected"], expected_in = expected, measure_w.proc.pid
                 for w in build_ws:
                     w.pause()                   # the candidate is timed on idle cores
                 measure_w.submit(tid, result)
