@@ -91,3 +91,17 @@ def test_a_search_that_fails_to_start_leaves_no_worker_behind():
         tune.auto(B, trials=2, progress=False, space_fn=broken_space,
                   schedule_fn=schedule_ignoring_a_knob)
     assert _children() <= before
+
+
+def test_the_reference_reaches_the_measurer_with_its_first_candidate():
+    A, B = definition()
+    state, built = measurer(B)
+    expected = state["expected"]
+    state["expected"] = None                  # as started by tune.auto: no reference yet
+    first = auto_mod._measure(state, dict(built, best=None, expected=expected))
+    assert first["seconds"] > 0 and state["expected"] is expected
+    again = auto_mod._measure(state, dict(built, best=None))      # kept for the next ones
+    assert again["seconds"] > 0
+    wrong = [expected[0] + 1.0]
+    with pytest.raises(te.TedslError, match="wrong result"):   # a new one replaces it
+        auto_mod._measure(state, dict(built, best=None, expected=wrong))
