@@ -49,12 +49,16 @@ LABELS = {
 LIMITS = """\
 Where the zero-search rules fall short (read off the lowered programs of these definitions):
 
-- **syrk, covariance** (a reduction whose output domain is a triangle, `where=j <= i`): the
-  register tile keeps the triangle's conditions inside its unrolled and vectorized loops
-  (tested per row and per vector of every tile, diagonal or not).  Missing: split the
-  triangle into full tiles (no condition) and diagonal tiles, as the GEMM rule already
-  separates full and partial edge tiles.  (covariance's triangle is no longer fused into its
-  mirrored consumer `cov[i, j] = upper[j, i]`, which recomputed the mirrored tiles.)
+- **syrk, covariance** (a reduction whose output domain is a triangle, `where=j <= i`): now
+  whole register tiles over the triangle's bounding box (tedsl/auto/triangle.py; the
+  diagonal tiles computed whole, each element selected by the condition, the tiles outside
+  the triangle skipped, 8 rows per tile, the column tiles dealt to the threads in turn).
+  Before, the diagonal tiles' row-dependent bounds (`min(32, i - j0 + 1)`) kept every
+  tile's accumulators in memory.  Left: covariance's mirrored copy `cov[i, j] = upper[j, i]`
+  reads a column of `upper` per row (a 2-D tiled transpose would read it by blocks); the
+  column panels are packed at the root, not per thread in cache (a panel attached inside
+  the cyclic split was filled outside its loop in the last outer iteration, which the loop
+  generator runs apart, and read unfilled: a loop-generation bug, avoided here).
 - **jacobi-2d** (full-size stages whose borders copy the previous array, `if_then_else` of an
   affine condition on the axes): the condition is tested per element inside the vectorized
   loop and the border array is read for every element; missing: split the domain by the

@@ -51,13 +51,37 @@ def unrolled_or_vector_bounds(text):
     return re.findall(r"in (?:unrolled|vectorized)\(0, ([^)]*(?:\([^)]*\))?[^)]*)\):", text)
 
 
-@pytest.mark.parametrize("n, m", [(37, 29), (70, 45)])
+@pytest.mark.parametrize("n, m", [(37, 29), (70, 45), (150, 20)])
 def test_syrk_matches_numpy(n, m):
     rng = np.random.default_rng(SEED)
     args = syrk(n, m)
     c, a = rand(rng, (n, n)), rand(rng, (n, m))
     s = te.auto_schedule(args[-1])
     check_kernel(s, args, [c, a], syrk_ref(c, a), rtol=2e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("n, m", [(150, 20), (300, 1000)])     # row tiles / column panels
+def test_tiles_dealt_to_threads_in_turn(n, m):
+    """150 x 150: 19 row tiles of 8 and 5 column tiles (the last one partial), row tiles
+    outer; 300 x 300 over 1000 (packed column panels outer, on a 2 MiB L2); the outer
+    tile loop is split by the thread count with the parallel part outermost (one parallel
+    region, every thread a share of the long and the short rows or columns); correct on
+    1 and 2 threads."""
+    from tedsl.auto.machine import machine
+    from tedsl.codegen.target import parse
+    t = machine(parse("llvm")).threads
+    args = syrk(n, m)
+    s = te.auto_schedule(args[-1])
+    text = str(te.lower(s, args))
+    if t >= 2:
+        par = re.findall(r"for (\S+) in parallel\(0, (\d+)\):", text)
+        assert any(name.endswith(".outer.inner") and e == str(t) for name, e in par), par
+    mod = te.build(s, args)
+    rng = np.random.default_rng(SEED)
+    c, a = rand(rng, (n, n)), rand(rng, (n, m))
+    for threads in (1, 2):
+        mod.set_num_threads(threads)
+        check_kernel(s, args, [c, a], syrk_ref(c, a), rtol=2e-5, atol=1e-4, mod=mod)
 
 
 def test_every_value_of_the_box_knobs_is_correct():
