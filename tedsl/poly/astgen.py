@@ -32,6 +32,15 @@ most ``k + 2`` pieces for ``k`` cut loops (one per register-tile dimension with 
 nests, so a statement appears in at most ``2 ** k`` copies (7 for a GEMM tile with tails
 in rows, columns and k).
 Statements under GPU thread loops and the steps of a scan are left as they are.
+
+A cut loop that is ``parallel`` is the exception: its partial tile, run after it, would run on
+one thread (and with a single full tile no parallel loop would be left).  Its full and partial
+tiles stay disjoint pieces of one statement's domain, the partial tile's iterations are
+ordered after the full ones at the ordering level below the loop (the same order, since each
+iteration is wholly full or wholly partial), and isl's ``separate`` option is off at parallel
+dimensions: the loop runs over every tile with ``if full: ... else: ...`` at the top of its
+body, each branch with the constant extents above.  The threads' chunks put the longer ones
+last (``codegen/llvm_omp.py``), where the cheap partial tile is.
 """
 from dataclasses import dataclass
 from typing import Optional
