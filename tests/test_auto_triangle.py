@@ -181,3 +181,45 @@ def test_not_applied_where_the_box_would_read_outside():
     xs = x.astype(np.float32)
     check_kernel(te.auto_schedule(D), [X, D], [xs], d, rtol=2e-5, atol=1e-4)
     check_kernel(te.auto_schedule(E), [X, E], [xs], e, rtol=2e-5, atol=1e-4)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="loop generation: a stage attached at the parallel part "
+                   "of a split loop is filled outside that loop in the last outer iteration "
+                   "(run apart) and read unfilled; the triangle rule packs at the root instead")
+def test_pack_attached_inside_a_split_parallel_loop():
+    """The schedule the rule would make with the column panels packed per thread (the
+    cyclic split's parallel part inside, the panel attached at it): built, it computes the
+    last column tiles from an unfilled panel."""
+    from tedsl.auto.pack import pack_operand
+    from tedsl.auto.triangle import box_host
+    n, m = 150, 64
+    C, A, out = args = syrk(n, m)
+    S = next(t for t in out.op.input_tensors() if t.name == "S")
+    s = te.create_schedule(out)
+    i, j = S.op.axis
+    k = S.op.reduce_axis[0]
+    panel = pack_operand(s, s[S], A, j.var, 16)
+    rows = pack_operand(s, s[S], A, i.var, 8)
+    box_host(s, s[out], s[S], 0, 1, 8, 16)
+    s[S].set_scope("local")
+    ci, cj = out.op.axis
+    cjo, cji = s[out].split(cj, factor=16)
+    cio, cii = s[out].split(ci, factor=8)
+    po, pi = s[out].split(cjo, factor=2)
+    s[out].reorder(po, pi, cio, cii, cji)
+    s[S].compute_at(s[out], cio)
+    s[out].parallel(pi)
+    jo, ji = s[S].split(j, factor=16)
+    io, ii = s[S].split(i, factor=8)
+    ko, ki = s[S].split(k, factor=4)
+    s[S].reorder(jo, io, ko, ki, ii, ji)
+    s[S].unroll(ki)
+    s[S].unroll(ii)
+    s[S].vectorize(ji)
+    s[out].vectorize(cji)
+    s[panel].vectorize(panel.op.axis[-1])
+    s[rows].vectorize(rows.op.axis[-1])
+    s[panel].compute_at(s[out], pi)
+    rng = np.random.default_rng(SEED)
+    c, a = rand(rng, (n, n)), rand(rng, (n, m))
+    check_kernel(s, args, [c, a], syrk_ref(c, a), rtol=2e-5, atol=1e-4)
