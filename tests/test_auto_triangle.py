@@ -223,3 +223,23 @@ def test_pack_attached_inside_a_split_parallel_loop():
     rng = np.random.default_rng(SEED)
     c, a = rand(rng, (n, n)), rand(rng, (n, m))
     check_kernel(s, args, [c, a], syrk_ref(c, a), rtol=2e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", [syrk, gram_upper])
+def test_trace_replays_onto_a_fresh_definition(make):
+    """The rewrites (``box_host`` fused into syrk's consumer, ``box_tiles`` for an output
+    triangle) are trace steps: the JSON trace rebuilds the same program on new tensors."""
+    from tedsl.schedule.trace import Trace
+    n, m = 45, 37
+    args = make(n, m)
+    s = te.auto_schedule(args[-1])
+    steps = s.trace.to_json()
+    assert "tedsl.auto.triangle:box_" in steps
+    args2 = make(n, m)
+    s2 = Trace.from_json(steps).apply([args2[-1]])
+    assert str(te.lower(s2, args2)) == str(te.lower(s, args))
+    rng = np.random.default_rng(SEED)
+    ins = [rand(rng, tuple(int(d) for d in t.shape)) for t in args2[:-1]]
+    x64 = [x.astype(np.float64) for x in ins]
+    ref = syrk_ref(*ins) if make is syrk else np.triu(x64[0].T @ x64[0])
+    check_kernel(s2, args2, ins, ref, rtol=2e-5, atol=1e-4)
