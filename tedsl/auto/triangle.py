@@ -16,6 +16,12 @@ accumulators left in memory, about 4x slower than a GEMM tile).
   array separated as usual), the ``if_then_else`` on the tile's indices alone skips tiles
   that lie outside the domain, and each element keeps the value of the definition.
 
+``box_host`` does the same where the tiles are computed inside the loops of an elementwise
+consumer that reads the reduction at its own point (syrk's ``BETA * C + ALPHA * S``): the
+consumer becomes ``if_then_else(tile meets the domain, its body with each read of the
+reduction selected by the condition and its own ``if_then_else`` evaluated as ``select``, its
+body with the identity for the reduction)`` (its loads checked safe over the rectangle).
+
 A tile meets the domain of ``a . x + c >= 0`` when the constraint's maximum over the tile's box
 is at least zero (necessary for each constraint, so the test may keep a tile that meets every
 half-space but not their intersection; its elements are still exact).  The rule applies only
