@@ -183,9 +183,6 @@ def test_not_applied_where_the_box_would_read_outside():
     check_kernel(te.auto_schedule(E), [X, E], [xs], e, rtol=2e-5, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="loop generation: a stage attached at the parallel part "
-                   "of a split loop is filled outside that loop in the last outer iteration "
-                   "(run apart) and read unfilled; the triangle rule packs at the root instead")
 def test_pack_attached_inside_a_split_parallel_loop():
     """The schedule the rule would make with the column panels packed per thread (the
     cyclic split's parallel part inside, the panel attached at it): built, it computes the

@@ -33,14 +33,17 @@ nests, so a statement appears in at most ``2 ** k`` copies (7 for a GEMM tile wi
 in rows, columns and k).
 Statements under GPU thread loops and the steps of a scan are left as they are.
 
-A cut loop that is ``parallel`` is the exception: its partial tile, run after it, would run on
-one thread (and with a single full tile no parallel loop would be left).  Its full and partial
-tiles stay disjoint pieces of one statement's domain, the partial tile's iterations are
-ordered after the full ones at the ordering level below the loop (the same order, since each
-iteration is wholly full or wholly partial), and isl's ``separate`` option is off at parallel
-dimensions: the loop runs over every tile with ``if full: ... else: ...`` at the top of its
-body, each branch with the constant extents above.  The threads' chunks put the longer ones
-last (``codegen/llvm_omp.py``), where the cheap partial tile is.
+A cut whose full and partial parts are whole iterations of a ``parallel`` loop (a cut at that
+loop, or at a loop inside it that runs once per iteration) is the exception: cut into
+statements, the partial tile would run after the parallel loop on one thread (and with a
+single full tile no parallel loop would be left).  Its full and partial parts stay disjoint
+pieces of one statement's domain, and the partial iterations are ordered after the full ones
+at the ordering level below the loop (the same order, since each iteration is wholly full or
+wholly partial).  isl's ``separate`` option splits a loop only where different statements
+run, so the loop runs over every tile with ``if full: ... else: ...`` at the top of its body,
+each branch with the constant extents above.  (With symbolic sizes isl may still emit the
+partial tile after the loop.)  The threads' chunks put the longer ones last
+(``codegen/llvm_omp.py``), where the cheap partial tile is.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -417,31 +420,40 @@ def _pieces(program, width):
     so isl emits the full tiles as one loop and the partial tile after it, each holding
     whole tile instances.
 
-    A cut loop that is ``parallel`` is not cut into statements: isl would emit its partial
-    tile as a loop of its own after the parallel one, run by one thread (and with a single
-    full tile no parallel loop would be left).  Each piece's domain is instead the union of
-    its part in the full tiles of that loop and its part in the partial tile, two disjoint
-    pieces of one statement, which isl generates as one loop over all tiles with
-    ``if full: ... else: ...`` in its body."""
+    A cut whose parts are whole iterations of a ``parallel`` loop (see
+    :func:`_by_parallel_loop`) is not cut into statements: isl would emit its partial tile
+    as a loop of its own after the parallel one, run by one thread.  Each piece's domain is
+    instead the union of its part in the full iterations and its part in the partial ones,
+    disjoint pieces of one statement.  Also returns ``parallel iv -> its full values`` for
+    :func:`_after_full_tiles`."""
     cuts = _loop_cuts(program, width)
-    out = {}
+    out, par = {}, {}
     for s in program.statements:
         dom = s.domain_set(program)
-        mine = [(e, cuts[x[0]], _is_parallel(program, s, x[0])) for e, x in enumerate(s.sched)
+        mine = [(e, cuts[x[0]]) for e, x in enumerate(s.sched)
                 if not isinstance(x, int) and x[0] in cuts]
         if not mine or s.kind not in ("compute", "init", "update"):
             out[s.name] = (s, dom)
             continue
         smap = s.schedule_map(program, width)
         space = smap.range().get_space()
-        lift = [(one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
-                                                                   width - e - 1), par)
-                for e, one, par in mine]
-        heres = [h for h, par in lift if not par]
-        inner = [smap.intersect_range(h).domain() for h, par in lift if par]
+        pd = next((d for d, x in enumerate(s.sched) if not isinstance(x, int) and
+                   len(x) == 2 and _is_parallel(program, s, x[0])), None)
+        heres, inner = [], []
+        for e, one in mine:
+            h = one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
+                                                                 width - e - 1)
+            whole = _by_parallel_loop(smap.range(), h, pd) if pd is not None and e >= pd \
+                else None
+            if whole is None:
+                heres.append(h)
+                continue
+            inner.append(smap.intersect_range(h).domain())
+            iv = s.sched[pd][0]
+            par[iv] = whole if iv not in par else par[iv].intersect(whole)
 
         def keep(d, name):
-            """``d`` as disjoint pieces, full or partial in each parallel cut loop."""
+            """``d`` as disjoint pieces, full or partial in each cut kept in one statement."""
             parts = [d]
             for k in inner:
                 parts = [q for p in parts for q in (p.intersect(k), p.subtract(k))]
@@ -475,10 +487,20 @@ def _pieces(program, width):
         piece = keep(dom.subtract(done), name)
         if piece is not None:
             out[name] = (s, piece)
-    par = {iv: one for iv, one in cuts.items()
-           if any(_is_parallel(program, s, iv) for s in program.statements
-                  if any(not isinstance(x, int) and x[0] is iv for x in s.sched))}
     return out, par
+
+
+def _by_parallel_loop(rng, full, d):
+    """The values of the parallel loop at schedule position ``d`` whose iterations lie wholly
+    in ``full`` (a 1-D set over the loop's value), when every iteration of that loop is wholly
+    in ``full`` or wholly outside it (``rng``: the statement's schedule range); else None."""
+    def at_d(x):
+        return x.project_out(isl.dim_type.set, d + 1, x.dim(isl.dim_type.set) - d - 1) \
+            .project_out(isl.dim_type.set, 0, d)
+    yes, no = at_d(rng.intersect(full)), at_d(rng.subtract(full))
+    if yes.is_empty() or no.is_empty() or not yes.intersect(no).is_empty():
+        return None
+    return yes.coalesce()
 
 
 def _after_full_tiles(m, s, par, width, statements):
@@ -597,30 +619,6 @@ def _leaf_space(program, s, width):
     return lvars, values, to_inst, sched
 
 
-def _options(program, width):
-    """isl's AST build options: ``separate`` at every schedule dimension (the full tiles
-    apart from the partial ones) except at a ``parallel`` loop, which stays one loop over
-    all its iterations (separated, its partial tile would run after it on one thread; see
-    :func:`_after_full_tiles`).  The loop at a position is told by the ordering entries in
-    front of it."""
-    dims = ", ".join(f"t{d}" for d in range(width))
-    space = isl.Set(f"{{ [{dims}] }}")
-    par = [space.subtract(space) for _ in range(width)]
-    for s in program.statements:
-        for d, e in enumerate(s.sched):
-            if not isinstance(e, int) and _is_parallel(program, s, e[0]):
-                cons = [f"t{j} = {v}" for j, v in enumerate(s.sched[:d]) if isinstance(v, int)]
-                par[d] = par[d].union(isl.Set(f"{{ [{dims}] : {' and '.join(cons) or '1 = 1'} }}"))
-    out = None
-    for d in range(width):
-        where = space.subtract(par[d])
-        if not where.is_empty():
-            m = isl.UnionMap.from_map(isl.Map.from_domain_and_range(
-                where, isl.Set(f"{{ separate[{d}] }}")))
-            out = m if out is None else out.union(m)
-    return out
-
-
 def generate(program):
     """Run isl's AST generator on the program's schedule; returns the loop tree."""
     if not program.statements:
@@ -644,8 +642,10 @@ def generate(program):
         m = isl.UnionMap.from_map(_after_full_tiles(m, s, shifts, width, program.statements))
         smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
-    options = _options(program, width) if len(pieces) > len(program.statements) else None
-    if options is not None:
-        build = build.set_options(options)
+    if len(pieces) > len(program.statements) or shifts:
+        # full tiles apart from partial ones; a parallel loop stays one loop where the same
+        # statements run in all its iterations (_pieces keeps them one statement)
+        dims = ", ".join(f"t{d}" for d in range(width))
+        build = build.set_options(isl.UnionMap(f"{{ [{dims}] -> separate[x] }}"))
     node = build.node_from_schedule_map(smap)
     return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves).node(node)
