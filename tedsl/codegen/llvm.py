@@ -48,6 +48,9 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self.nthreads.initializer = ir.Constant(I32, num_threads)     # 0: OpenMP's default
         self.lane_start_var = None
         self.checks_indices = False
+        self._lanes_memo = {}       # id(loop body) -> (SIMD lanes, body)
+        self._flat_memo = {}        # access -> (offset, buffer, indices)
+        self._flat_dyn = {}         # id(offset) -> (data-dependent?, offset)
 
     def emit(self):
         f = self.func
@@ -75,15 +78,23 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
 def module_text(cg, cpu, features):
     """The module's text with target attributes on every defined function."""
     check_features(cg, cpu, features)
-    text = re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(LOOP_SELF) + r'\d+",',
-                  r'\1 = distinct !{ \1,', str(cg.module), flags=re.M)
+    text = str(cg.module)
+    meta = text.find("\n!")          # the metadata comes last: rewrite only that part
+    if meta >= 0:
+        text = text[:meta] + re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(LOOP_SELF) + r'\d+",',
+                                    r'\1 = distinct !{ \1,', text[meta:], flags=re.M)
     attrs = [f'"target-cpu"="{cpu}"', "nounwind"]
     if features:
         attrs.append(f'"target-features"="{features}"')
     if cg.vector_bits >= 512:
         attrs.append('"prefer-vector-width"="512"')
-    text = re.sub(r'^(define [^\n]*\))\s*$', r'\1 #0', text, flags=re.M)
-    return text + "\nattributes #0 = { " + " ".join(attrs) + " }\n"
+    parts = text.split("\ndefine ")
+    for i in range(1, len(parts)):     # a header line that ends with its parameters
+        head, sep, rest = parts[i].partition("\n")
+        head = head.rstrip()
+        if head.endswith(")"):
+            parts[i] = head + " #0" + sep + rest
+    return "\ndefine ".join(parts) + "\nattributes #0 = { " + " ".join(attrs) + " }\n"
 
 
 def generate(func, vector_bits=512, fast_entry_abi=None, num_threads=0):

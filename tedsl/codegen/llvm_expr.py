@@ -22,12 +22,40 @@ _FSUF = {F16: "f16", F32: "f32", F64: "f64"}
 _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 
 
+_CONSTS = {}
+
+
+def cached_const(key, make):
+    """The constant ``make()`` once per ``key``: llvmlite formats a constant's text once per
+    object, and a vector constant holds one object per lane (a broadcast's undef vector and
+    zero mask, a ramp's steps, a splat)."""
+    c = _CONSTS.get(key)
+    if c is None:
+        if len(_CONSTS) > 4096:
+            _CONSTS.clear()
+        c = _CONSTS[key] = make()
+    return c
+
+
 def scalar_type(dtype):
     return _SCALAR[dtype]
 
 
 def storage_type(dtype):
     return _STORAGE[dtype]
+
+
+def _const(value, dtype, lanes):
+    t = _SCALAR[dtype]
+    if dtype == "bool":
+        c = ir.Constant(t, int(bool(value)))
+    elif dt.is_int(dtype):
+        c = ir.Constant(t, int(value) & ((1 << dt.bits(dtype)) - 1))
+    else:
+        c = ir.Constant(t, float(value))
+    if lanes > 1:
+        return ir.Constant(ir.VectorType(t, lanes), [c.constant] * lanes)
+    return c
 
 
 def is_vec(v):
@@ -51,11 +79,11 @@ class ExprEmitter:
         lanes = self.lanes if lanes is None else lanes
         if lanes == 1 or is_vec(v):
             return v
-        vt = ir.VectorType(v.type, lanes)
-        undef = ir.Constant(vt, ir.Undefined)
-        x = self.b.insert_element(undef, v, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(x, undef, ir.Constant(ir.VectorType(I32, lanes),
-                                                          [0] * lanes))
+        undef, zero, zeros = cached_const(("bc", str(v.type), lanes), lambda: (
+            ir.Constant(ir.VectorType(v.type, lanes), ir.Undefined), ir.Constant(I32, 0),
+            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)))
+        x = self.b.insert_element(undef, v, zero)
+        return self.b.shuffle_vector(x, undef, zeros)
 
     def _pair(self, a, b):
         if is_vec(a) or is_vec(b):
@@ -63,16 +91,8 @@ class ExprEmitter:
         return a, b
 
     def const(self, value, dtype, lanes=1):
-        t = _SCALAR[dtype]
-        if dtype == "bool":
-            c = ir.Constant(t, int(bool(value)))
-        elif dt.is_int(dtype):
-            c = ir.Constant(t, int(value) & ((1 << dt.bits(dtype)) - 1))
-        else:
-            c = ir.Constant(t, float(value))
-        if lanes > 1:
-            return ir.Constant(ir.VectorType(t, lanes), [c.constant] * lanes)
-        return c
+        return cached_const(("const", dtype, lanes, type(value), repr(value)),
+                            lambda: _const(value, dtype, lanes))
 
     def intrinsic(self, name, ret, args):
         """Declare (once) and call an LLVM intrinsic or libm function."""
@@ -106,7 +126,8 @@ class ExprEmitter:
     def _e_Ramp(self, e):
         base = self.bc(self.expr(e.base), e.lanes)
         stride = self.expr(e.stride)
-        steps = ir.Constant(ir.VectorType(base.type.element, e.lanes), list(range(e.lanes)))
+        steps = cached_const(("steps", str(base.type.element), e.lanes), lambda: ir.Constant(
+            ir.VectorType(base.type.element, e.lanes), list(range(e.lanes))))
         return self.b.add(base, self.b.mul(steps, self.bc(stride, e.lanes)))
 
     def _e_Broadcast(self, e):

@@ -50,9 +50,37 @@ def split_lane(e, lv, vvars):
     return None
 
 
+def _shape_key(e):
+    """A key equal for index expressions of the same form over the same variables (variables
+    and nodes other than constants, sums, products and casts by identity)."""
+    t = type(e)
+    if t is E.Var:
+        return id(e)
+    if t is E.Const:
+        return (e.dtype, e.value if dt.is_int(e.dtype) else repr(e.value))
+    if t is E.Binary:
+        return (e.op, e.dtype, _shape_key(e.a), _shape_key(e.b))
+    if t is E.Cast:
+        return ("cast", e.dtype, _shape_key(e.value))
+    return ("node", id(e))
+
 
 class MemoryEmitter(ExprEmitter):
     """Mixin: ``load`` / ``store`` of buffer elements at the current lane count."""
+
+    def _flat(self, buf, indices):
+        """``flat_index(buf, indices)``, once per distinct access: simplifying the offset is
+        the costly part of emitting a load, and an unrolled or padded body asks for the same
+        offset many times.  The entry keeps the nodes its key names by identity alive."""
+        key = (id(buf),) + tuple(_shape_key(i) for i in indices)
+        hit = self._flat_memo.get(key)
+        if hit is None:
+            flat = flat_index(buf, indices)
+            dyn = any(isinstance(x, (N.BufferLoad, E.Call)) or type(x) is E.Cast and
+                      dt.is_float(x.value.dtype) for x in _nodes(flat))
+            hit = self._flat_memo[key] = (flat, buf, indices)
+            self._flat_dyn[id(flat)] = (dyn, flat)
+        return hit[0]
 
     def _ptr(self, buf):
         p = self.bufptr.get(buf)
@@ -65,10 +93,9 @@ class MemoryEmitter(ExprEmitter):
         return self.b.gep(self._ptr(buf), [idx], inbounds=True, source_etype=st)
 
     def _check_index(self, buf, flat, flat_val):
-        """Range-check data-dependent indices (affine ones are proven in range by isl)."""
-        dyn = any(isinstance(x, (N.BufferLoad, E.Call)) or type(x) is E.Cast and
-                  dt.is_float(x.value.dtype) for x in _nodes(flat))
-        if not dyn:
+        """Range-check data-dependent indices (affine ones are proven in range by isl);
+        ``flat`` is one of ``_flat``'s offsets."""
+        if not self._flat_dyn[id(flat)][0]:
             return
         self.checks_indices = True
         size = self.expr(simplify(buf.size()))
@@ -110,7 +137,7 @@ class MemoryEmitter(ExprEmitter):
         return p
 
     def load(self, buf, indices, dtype):
-        flat = flat_index(buf, indices)
+        flat = self._flat(buf, indices)
         st = storage_type(buf.dtype)
         align = max(1, dt.itemsize(buf.dtype))
         if self.lanes == 1:
@@ -147,7 +174,7 @@ class MemoryEmitter(ExprEmitter):
 
     def store(self, s):
         buf = s.buffer
-        flat = flat_index(buf, s.indices)
+        flat = self._flat(buf, s.indices)
         st = storage_type(buf.dtype)
         align = max(1, dt.itemsize(buf.dtype))
         val = self.cast(self.expr(s.value), s.value.dtype, buf.dtype)

@@ -27,7 +27,7 @@ from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
 from .llvm_expr import I1, I64
-from .llvm_memory import _nodes, flat_index, split_lane
+from .llvm_memory import _nodes, split_lane
 
 STRIP_FACTOR = 4              # a vectorized loop longer than this many registers is strip-mined
 PAD = 64                      # spare elements of a stack buffer: the most lanes a body pads
@@ -74,7 +74,14 @@ class SimdEmitter:
         self.b.position_at_end(end_bb)
 
     def _machine_lanes(self, body):
-        """Lanes of one SIMD register for the widest element type ``body`` loads or stores."""
+        """Lanes of one SIMD register for the widest element type ``body`` loads or stores
+        (asked twice per vector loop: computed once)."""
+        hit = self._lanes_memo.get(id(body))
+        if hit is None or hit[1] is not body:
+            hit = self._lanes_memo[id(body)] = (self._widest_lanes(body), body)
+        return hit[0]
+
+    def _widest_lanes(self, body):
         widest = [1]
 
         def fn(x):
@@ -160,7 +167,7 @@ class SimdEmitter:
         (the masked load / store of the memory layer)."""
         if self.tail_mask is None or self.mask is not self.tail_mask:
             return None
-        sp = split_lane(flat_index(buf, indices), self.lane_var, self.vvars)
+        sp = split_lane(self._flat(buf, indices), self.lane_var, self.vvars)
         if sp is None:
             return None
         if sp[1] == 0:
@@ -199,7 +206,7 @@ class SimdEmitter:
         finally:
             self.mask = saved
         new = self._to_storage(self.b.select(self.tail_mask, val, old), buf.dtype)
-        base, _ = split_lane(flat_index(buf, s.indices), self.lane_var, self.vvars)
+        base, _ = split_lane(self._flat(buf, s.indices), self.lane_var, self.vvars)
         addr = self._addr(buf, self.expr(E.binary("add", base,
                                                   E.cast(self.lane_start_var, "int64"))))
         self.b.store(new, addr, align=max(1, dt.itemsize(buf.dtype)))
