@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tedsl as te
+from tedsl import ops
 from tedsl.codegen.llvm_expr import ExprEmitter
 from tedsl.codegen.llvm_memory import _shape_key
 from tedsl.ir import expr as E
@@ -60,11 +61,10 @@ def test_unrolled_vector_tile_matches_numpy(rng):
     n = 64
     A = te.placeholder((n, n), "float32", name="A")
     Bm = te.placeholder((n, n), "float32", name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * Bm[k, j], axis=k), name="C")
+    C = ops.matmul(A, Bm)
     s = te.create_schedule(C)
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
-    ko, ki = s[C].split(k, 4)
+    ko, ki = s[C].split(C.op.reduce_axis[0], 4)
     s[C].reorder(io, jo, ko, ki, ii, ji)
     s[C].unroll(ki)
     s[C].unroll(ii)
