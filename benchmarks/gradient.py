@@ -29,8 +29,9 @@ gradient only).  Schedules:
 Thread counts are matched (``set_num_threads`` on both sides).  Every result is checked
 against a float64 PyTorch reference first.
 
-Run: ``python benchmarks/gradient.py [--quick] [--search SECONDS]``; writes the ``gradient`` section of
-RESULTS.md.  PyTorch is needed (``pip install torch``).
+Run: ``python benchmarks/gradient.py [--quick] [--search SECONDS] [--case NAME]``; writes the
+``gradient`` section of RESULTS.md (not when ``--case`` picks some cases only: the table is
+printed).  PyTorch is needed (``pip install torch``).
 """
 import argparse
 import os
@@ -243,7 +244,7 @@ CONTENDERS = {"conv2d dX+dW": ("auto", "simple", "fixed", "search"),
               "layer_norm dX+dγ+dβ": ("auto", "simple")}
 
 
-def main(rounds=ROUNDS, search_seconds=None):
+def main(rounds=ROUNDS, search_seconds=None, only=()):
     try:
         import torch
     except ImportError:
@@ -267,7 +268,13 @@ def main(rounds=ROUNDS, search_seconds=None):
              "conv2d dW": (_one(1), [x, w, h], ref_conv[1:], torch_conv(x, w, h, (1,))),
              "layer_norm dX+dγ+dβ": (ln_backward, [lx, lg, lb, lh], ref_ln,
                                      torch_ln(lx, lg, lb, lh))}
-    search, search_notes = searched(search_seconds) if search_seconds else (None, [])
+    if only:
+        cases = {k: v for k, v in cases.items() if any(o in k for o in only)}
+        if not cases:
+            sys.exit(f"--case: none of {', '.join(only)} names a case; cases: "
+                     f"{', '.join(CONTENDERS)}")
+    conv = any(k.startswith("conv2d") for k in cases)
+    search, search_notes = searched(search_seconds) if search_seconds and conv else (None, [])
     contenders, errs, failed = {}, {}, {}
     for case, (define, arrays, ref, tfn) in cases.items():
         for how in CONTENDERS[case]:
@@ -307,6 +314,9 @@ def main(rounds=ROUNDS, search_seconds=None):
     print(machine_description())
     print(table)
     print(note)
+    if only:
+        print("(some cases only: RESULTS.md left as it is)")
+        return med
     write_results("gradient", "## Gradients (te.gradient) vs PyTorch autograd\n\n" + table +
                   "\n\n" + note)
     return med
@@ -317,5 +327,8 @@ if __name__ == "__main__":
     ap.add_argument("--quick", action="store_true", help="2 rounds instead of 5")
     ap.add_argument("--search", type=float, metavar="SECONDS",
                     help="also search the conv2d's dX and dW graphs this long each")
+    ap.add_argument("--case", action="append", default=[], metavar="NAME",
+                    help="run only the cases whose name contains NAME (e.g. layer_norm); "
+                         "repeatable; the table is printed, RESULTS.md is left as it is")
     a = ap.parse_args()
-    main(2 if a.quick else ROUNDS, a.search)
+    main(2 if a.quick else ROUNDS, a.search, tuple(a.case))

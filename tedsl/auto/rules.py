@@ -12,6 +12,9 @@
 2. ``rows``: an injective output whose row statistics are reductions over its trailing axis
    (softmax, layer_norm) computes them, and the expensive stages between, inside its parallel
    row loop; a statistic over a contiguous axis is vectorized by ``rfactor`` over the lanes.
+   Statistics that a stage outside the row loop reads too (the row mean and variance that
+   layer_norm's dgamma reads) stay at the root, computed first; the others (dX's row sums)
+   still run inside the row loop.
 3. ``tile``: every other reduction with an output axis gets multi-level tiling: a register tile
    of ``tile_rows`` x ``tile_cols`` (rows along the axis with the most reuse, columns along
    the contiguous last axis, vectorized) accumulated via ``cache_write`` (or inside its
@@ -312,7 +315,8 @@ class Sketch:
     def row_group(self, out):
         """``(a, members)``: the stages to compute inside ``out``'s first ``a`` (row) loops, or
         None.  Members are reductions over ``out``'s trailing axes whose shape is ``out``'s
-        row shape, and kept expensive stages of ``out``'s shape, read only inside the group."""
+        row shape, and kept expensive stages of ``out``'s shape or row shape, read only inside
+        the group; members read elsewhere too are left out (computed at the root first)."""
         g = self.g
         n = len(out.axis)
         members, todo, a = [], self.producers(out), None
@@ -330,7 +334,7 @@ class Sketch:
                 if a is not None and a != len(shp):
                     continue
                 a = len(shp)
-            elif self.kept.get(id(p)) == "shared" and len(shp) == n and \
+            elif self.kept.get(id(p)) == "shared" and 0 < len(shp) <= n and \
                     all(same_dim(x, y) for x, y in zip(shp, out.shape)):
                 pass
             else:
@@ -339,11 +343,19 @@ class Sketch:
             todo.extend(self.producers(p))
         if a is None:
             return None
+        # a member read outside the group (a row statistic that a column reduction reads
+        # too, as in layer_norm's backward) stays at the root, and so do the members it reads
         ids = {id(p) for p in members} | {id(out)}
-        if any(id(c) not in ids for p in members for c in self.consumers(p)):
+        while True:
+            drop = {id(p) for p in members if len(p.shape) not in (a, n) or
+                    any(id(c) not in ids for c in self.consumers(p))}
+            if not drop:
+                break
+            members = [p for p in members if id(p) not in drop]
+            ids -= drop
+        if not any(g.kind(p) == "reduction" for p in members):
             return None
-        order = [p for p in g.ops if id(p) in ids and p is not out]
-        return a, order
+        return a, [p for p in g.ops if id(p) in ids and p is not out]
 
     def schedule_rows(self, out, a, members):
         s, m = self.s, self.m
