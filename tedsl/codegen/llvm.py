@@ -51,6 +51,7 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self._lanes_memo = {}       # id(loop body) -> (SIMD lanes, body)
         self._flat_memo = {}        # access -> (offset, buffer, indices)
         self._flat_dyn = {}         # id(offset) -> (data-dependent?, offset)
+        self._split_memo = {}       # offset, lane variable -> (split_lane's answer, keys)
 
     def emit(self):
         f = self.func

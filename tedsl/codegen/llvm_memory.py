@@ -82,6 +82,15 @@ class MemoryEmitter(ExprEmitter):
             self._flat_dyn[id(flat)] = (dyn, flat)
         return hit[0]
 
+    def _split(self, flat):
+        """``split_lane`` of one of ``_flat``'s offsets in the current vector loop, once."""
+        key = (id(flat), id(self.lane_var)) + tuple(sorted(map(id, self.vvars)))
+        hit = self._split_memo.get(key)
+        if hit is None:
+            hit = self._split_memo[key] = (split_lane(flat, self.lane_var, self.vvars), flat,
+                                           self.lane_var, tuple(self.vvars))
+        return hit[0]
+
     def _ptr(self, buf):
         p = self.bufptr.get(buf)
         if p is None:
@@ -146,7 +155,7 @@ class MemoryEmitter(ExprEmitter):
             v = self.b.load(self._addr(buf, fv), typ=st, align=align)
             return self._from_storage(v, buf.dtype)
         W = self.lanes
-        sp = split_lane(flat, self.lane_var, self.vvars)
+        sp = self._split(flat)
         vt = ir.VectorType(st, W)
         if sp is not None and sp[1] == 0 and self.mask is None:
             fv = self.expr(flat)
@@ -184,7 +193,7 @@ class MemoryEmitter(ExprEmitter):
             self.b.store(self._to_storage(val, buf.dtype), self._addr(buf, fv), align=align)
             return
         W = self.lanes
-        sp = split_lane(flat, self.lane_var, self.vvars)
+        sp = self._split(flat)
         if sp is not None and sp[1] == 1:
             v = self._to_storage(self.bc(val), buf.dtype)
             base = self.expr(E.binary("add", sp[0], E.cast(self.lane_start_var, "int64")))

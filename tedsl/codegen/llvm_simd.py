@@ -27,7 +27,7 @@ from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
 from .llvm_expr import I1, I64
-from .llvm_memory import _nodes, split_lane
+from .llvm_memory import _nodes
 
 STRIP_FACTOR = 4              # a vectorized loop longer than this many registers is strip-mined
 PAD = 64                      # spare elements of a stack buffer: the most lanes a body pads
@@ -167,7 +167,7 @@ class SimdEmitter:
         (the masked load / store of the memory layer)."""
         if self.tail_mask is None or self.mask is not self.tail_mask:
             return None
-        sp = split_lane(self._flat(buf, indices), self.lane_var, self.vvars)
+        sp = self._split(self._flat(buf, indices))
         if sp is None:
             return None
         if sp[1] == 0:
@@ -206,7 +206,7 @@ class SimdEmitter:
         finally:
             self.mask = saved
         new = self._to_storage(self.b.select(self.tail_mask, val, old), buf.dtype)
-        base, _ = split_lane(self._flat(buf, s.indices), self.lane_var, self.vvars)
+        base, _ = self._split(self._flat(buf, s.indices))
         addr = self._addr(buf, self.expr(E.binary("add", base,
                                                   E.cast(self.lane_start_var, "int64"))))
         self.b.store(new, addr, align=max(1, dt.itemsize(buf.dtype)))
