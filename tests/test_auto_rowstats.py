@@ -127,3 +127,31 @@ def test_row_sums_inside_dx_row_loop():
         assert "X_grad[" not in blocks[first] and first < blocks.index(row_loop), stat
     # head is read by three loop nests (dX's row loop, dgamma, dbeta), not five as before
     assert sum("head[" in bl for bl in blocks) == 3, text
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shared_statistic_stays_at_root(rng, threads):
+    """Y[i, j] = X[i, j] * q[i] - m[i] with m a row sum that the column reduction C also reads
+    and q a row sum of squares that only Y reads: q inside Y's row loop, m at the root."""
+    rows, cols = 45, 70
+    X = te.placeholder((rows, cols), "float64", name="X")
+    k = te.reduce_axis((0, cols), name="k")
+    m = te.compute((rows,), lambda i: te.sum(X[i, k], axis=k), name="m")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    q = te.compute((rows,), lambda i: te.sum(X[i, k2] * X[i, k2], axis=k2), name="q")
+    Y = te.compute((rows, cols), lambda i, j: X[i, j] * q[i] - m[i], name="Y")
+    r = te.reduce_axis((0, rows), name="r")
+    C = te.compute((cols,), lambda j: te.sum(X[r, j] * m[r], axis=r), name="C")
+    s = te.auto_schedule([Y, C])
+    blocks = top_blocks(str(te.lower(s, [X, Y, C])))
+    row_loop = [bl for bl in blocks if "Y[" in bl][0]
+    assert "q[" in row_loop and not any("q[" in bl for bl in blocks if bl is not row_loop)
+    assert any("m[" in bl and "Y[" not in bl and "C[" not in bl for bl in blocks)
+    mod = te.build(s, [X, Y, C])
+    mod.set_num_threads(threads)
+    x = rng.standard_normal((rows, cols))
+    y, c = poisoned((rows, cols), "float64"), poisoned((cols,), "float64")
+    mod(x, y, c)
+    msum = x.sum(1)
+    np.testing.assert_allclose(y, x * (x * x).sum(1)[:, None] - msum[:, None], rtol=1e-12)
+    np.testing.assert_allclose(c, (x * msum[:, None]).sum(0), rtol=1e-12, atol=1e-12)
