@@ -62,7 +62,9 @@ def test_attached_buffer_is_private_to_each_thread_on_every_path(at, rng):
     s, A, B, P, C, jo = producer_at_parallel_loop()
     s[P].compute_at(s[C], jo if at == "parallel loop" else C.op.axis[0])
     allocs = allocations(te.lower(s, [A, B, C]), "P")
-    assert len(allocs) == 2, allocs            # full tiles and the tail, one copy each
+    # one copy inside the parallel loop (full and partial tiles as its iterations), or one
+    # on each path where the tail runs apart
+    assert len(allocs) in (1, 2), allocs
     assert all(not kinds for _, kinds in allocs), allocs    # never around a parallel loop
     mod = te.build(s, [A, B, C], target="llvm -num-threads=2")
     a, b = rand(rng, (48, 48), "float64"), rand(rng, (48, 123), "float64")
