@@ -133,6 +133,7 @@ def bind_arguments(sig, args):
             else:
                 deferred.append((pos, p, d, dim, got, arr.shape))
         values.append(arr)
+    _solve_sizes(deferred, env, origin)
     for pos, p, d, dim, got, shape in deferred:
         want = dim_value(dim, env)
         if want is None:
@@ -152,6 +153,27 @@ def bind_arguments(sig, args):
         if env[v] > 2**31 - 1:
             raise ShapeError(f"{sig['name']}: size {v} = {env[v]} exceeds the int32 range")
     return values, env
+
+
+def _solve_sizes(deferred, env, origin):
+    """Bind a size seen only inside affine dimensions (``m + 2``, ``2*n``) from them: a
+    dimension with one unknown size gives it when the division is exact and non-negative
+    (the dimensions are then checked like the others)."""
+    progress = True
+    while progress:
+        progress = False
+        for pos, p, d, dim, got, shape in deferred:
+            if not isinstance(dim, dict):
+                continue
+            unknown = [(n, c) for n, c in dim["t"] if n not in env]
+            if len(unknown) != 1 or not unknown[0][1]:
+                continue
+            name, coef = unknown[0]
+            rest = got - dim["c"] - sum(c * env[n] for n, c in dim["t"] if n != name)
+            if rest % coef == 0 and rest // coef >= 0:
+                env[name] = rest // coef
+                origin[name] = f"{p['name']}.shape[{d}]"
+                progress = True
 
 
 def overlap_pairs(sig):
