@@ -239,3 +239,26 @@ def test_tile_of_fused_tile_loops_over_symbolic_sizes(rng):
         t1 = np.repeat(a[:, None].astype(np.float64) * 2, mv, axis=1)
         with pytest.warns(UserWarning, match="runs as scalar code"):
             check_kernel(s, [A, B, T2, T3], [a, b], [t1.max(axis=1), t1 @ b], rtol=1e-5)
+
+
+def test_attached_tile_of_fused_splits_with_nparts(rng):
+    """Fuzz seed 1101 case 5631: a producer attached at one column of its consumer, its rows
+    split by ``nparts`` (unrolled, parallel) and its columns split twice, tiled and fused:
+    every tile loop runs once, and isl projected a constant extent over a domain of many
+    ``mod`` constraints for minutes (the largest extent is now read off constant pieces)."""
+    n = te.var("n")
+    A = te.placeholder((12, n), "float32", name="A")
+    T1 = te.compute((12, n), lambda i, j: A[i, j] * 0.5 + 1.0, name="T1")
+    T2 = te.compute((12, n), lambda i, j: A[i, j] + T1[i, j], name="T2")
+    s = te.create_schedule([T2])
+    s[T1].reorder(T1.op.axis[1], T1.op.axis[0])
+    i_o, i_i = s[T1].split(T1.op.axis[0], nparts=3)
+    s[T1].unroll(i_i)
+    s[T1].parallel(i_o)
+    j_o, _ = s[T1].split(T1.op.axis[1], factor=16)
+    j_oo, j_oi = s[T1].split(j_o, factor=32)
+    s[T1].compute_at(s[T2], T2.op.axis[1])
+    a1, a2, _, _ = s[T1].tile(j_oo, j_oi, 7, 7)
+    s[T1].fuse(a1, a2)
+    a = rand(rng, (12, 23))
+    check_kernel(s, [A, T2], [a], [a + a * 0.5 + 1.0])

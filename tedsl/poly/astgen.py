@@ -380,7 +380,9 @@ def _loop_cuts(program, width):
             ok = None if w is None else \
                 ext.ge_set(isl.PwAff.val_on_domain(dom, isl.Val(str(w))))
             if ok is None or ok.is_empty():
-                w = _largest_constant(isl.Map.from_pw_aff(ext).range().dim_max(0))
+                w = _constant_pieces_max(ext)
+                if w is None:
+                    w = _largest_constant(isl.Map.from_pw_aff(ext).range().dim_max(0))
                 if w is None or w <= 1:
                     continue
                 ok = ext.ge_set(isl.PwAff.val_on_domain(dom, isl.Val(str(w))))
@@ -402,6 +404,19 @@ def _loop_cuts(program, width):
                     cuts[iv] = one if iv not in cuts else cuts[iv].intersect(one)
                     break
     return cuts
+
+
+def _constant_pieces_max(pa):
+    """The largest value of ``pa`` when every piece of it is a constant, else None: read off
+    the pieces, without projecting the domain (a constant extent over a domain of many
+    ``mod`` constraints, tiles of fused tiles of a split by ``nparts``, took isl minutes
+    to project)."""
+    vals = []
+
+    def piece(_set, aff):
+        vals.append(aff.get_constant_val().to_python() if aff.is_cst() else None)
+    pa.foreach_piece(piece)
+    return max(vals) if vals and None not in vals else None
 
 
 def _is_parallel(program, s, iv):
