@@ -37,6 +37,8 @@ setup(
         "test": ["pytest>=8", NVRTC],
         "cuda": [NVRTC],
         "torch": ["torch>=2.4"],
+        # plots of the benchmarks' sweeps and of tune.auto's search (skipped with a note without it)
+        "plot": ["matplotlib>=3.8"],
     },
     entry_points={
         "console_scripts": ["tedsl = tedsl.cli:main"],
