@@ -51,6 +51,7 @@ from .pack import cache_write_as, pack_dim, pack_operand
 from .triangle import box_host, box_tiles, fusable_host, plain_loads, where_constraints
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
+VECTOR_CHAINS = 4          # independent vector accumulators of a row statistic (4-cycle latency)
 KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_cols",
          "unroll_k", "pack", "pack_rows", "order", "fuse_consumer",
          "box")     # every knob of a stage
@@ -367,8 +368,7 @@ class Sketch:
         for p in members:
             if p.is_reduction and self.k(f"{self.label[id(p)]}.rfactor", self.contiguous(p),
                                          [not self.contiguous(p)]):
-                rf = self.vector_rfactor(p)
-                stages += [s[rf], s[p]]
+                stages += [s[t] for t in self.vector_rfactor(p, VECTOR_CHAINS)] + [s[p]]
             else:
                 stages.append(s[p])
         at = attach_tile(stages, T, axes[:a], numel(out.shape))
@@ -391,20 +391,31 @@ class Sketch:
                                  all(f is not None and not f.get(k, 0) for f in ld.forms[:-1])
                                  for ld in lds)
 
-    def vector_rfactor(self, op):
+    def vector_rfactor(self, op, chains=1):
         """Factor ``op``'s innermost reduction by the vector lanes: ``op.rf[kv, ...]`` holds
-        ``lanes`` partial results per output, computed with ``kv`` vectorized innermost."""
+        ``lanes`` partial results per output, computed with ``kv`` vectorized innermost.
+        With ``chains`` > 1 (and a constant reduction of that many vectors or more) the lanes
+        are ``chains`` vectors, independent accumulator chains (a max or sum issues one
+        vector per cycle instead of one per latency), folded into one vector by a second
+        factoring before the scalar tail.  Returns the factored tensors, first computed
+        first."""
         s = self.s
-        st = s[op]
         k = op.reduce_axis[-1]
         lanes = self.lanes(op)
-        _, kv = st.split(k, factor=lanes)
-        rf = s.rfactor(op.output(0), kv)
-        rst = s[rf]
-        data = list(rf.op.axis)
-        rst.reorder(*data[1:], *rf.op.reduce_axis, data[0])
-        try_(rst.vectorize, data[0])
-        return rf
+        e = ext_of(k)
+        if chains > 1 and (e is None or e < 2 * chains * lanes):
+            chains = 1
+        out = []
+        for width in ([lanes * chains, lanes] if chains > 1 else [lanes]):
+            st = s[op]
+            _, kv = st.split(st.op.reduce_axis[-1], factor=width)
+            rf = s.rfactor(op.output(0), kv)
+            rst = s[rf]
+            data = list(rf.op.axis)
+            rst.reorder(*data[1:], *rf.op.reduce_axis, data[0])
+            try_(rst.vectorize, data[0])
+            out.append(rf)
+        return out
 
     def strided_rows(self, op):
         """Per-row statistics not inside a row group (their rows are read elsewhere too): the
@@ -422,7 +433,7 @@ class Sketch:
         """Rows in parallel blocks, each row reduced in vector lanes (``vector_rfactor``)."""
         s = self.s
         self.done.add(id(op))
-        rf = self.vector_rfactor(op)
+        rf, = self.vector_rfactor(op)
         st = s[op]
         loops = fuse_outer(st, list(op.axis))
         row = loops[-1]
