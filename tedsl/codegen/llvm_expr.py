@@ -451,39 +451,9 @@ class ExprEmitter:
         raise InternalError(f"unknown intrinsic {name}")
 
     def vec_exp_f32(self, x):
-        """SIMD ``exp`` for float32 vectors (LLVM would call scalar ``expf`` per lane).
-
-        Range reduction ``x = n*ln2 + r`` (two-part ln2), a degree-6 polynomial for ``e**r``
-        (Cephes), and ``2**n`` built from exponent bits in two halves so that results in
-        the subnormal range stay right; overflow gives inf, NaN stays NaN.  Within 2 ulp.
-        """
-        b = self.b
-        W = x.type.count
-        vf = lambda c: ir.Constant(x.type, [float(c)] * W)  # noqa: E731
-        it = ir.VectorType(I32, W)
-        vi = lambda c: ir.Constant(it, [c] * W)  # noqa: E731
-        fl = lambda y: self.intrinsic(f"llvm.floor.v{W}f32", x.type, [y])  # noqa: E731
-        # a * m + c, fused into one FMA where the target has it (a third of the instructions)
-        fma = lambda a, m, c: self.intrinsic(f"llvm.fmuladd.v{W}f32", x.type,  # noqa: E731
-                                             [a, m, c])
-        xc = b.select(b.fcmp_ordered(">", x, vf(88.8)), vf(88.8), x)
-        xc = b.select(b.fcmp_ordered("<", xc, vf(-104.0)), vf(-104.0), xc)
-        n = fl(fma(xc, vf(1.44269504088896341), vf(0.5)))
-        r = fma(n, vf(2.12194440e-4), fma(n, vf(-0.693359375), xc))
-        p = vf(1.9875691500e-4)
-        for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                  5.0000001201e-1):
-            p = fma(p, r, vf(c))
-        p = b.fadd(fma(p, b.fmul(r, r), r), vf(1.0))
-        ni = b.fptosi(n, it)
-        n1 = b.ashr(ni, vi(1))
-        n2 = b.sub(ni, n1)
-        s1 = b.bitcast(b.shl(b.add(n1, vi(127)), vi(23)), x.type)
-        s2 = b.bitcast(b.shl(b.add(n2, vi(127)), vi(23)), x.type)
-        y = b.fmul(b.fmul(p, s1), s2)
-        y = b.select(b.fcmp_ordered(">", x, vf(88.72283935546875)), vf(float("inf")), y)
-        y = b.select(b.fcmp_ordered("<", x, vf(-103.97208)), vf(0.0), y)
-        return b.select(b.fcmp_unordered("uno", x, x), x, y)
+        """SIMD ``exp`` for float32 vectors (``llvm_math``; LLVM would call ``expf`` per lane)."""
+        from .llvm_math import vec_exp_f32
+        return vec_exp_f32(self, x)
 
     # -- memory -------------------------------------------------------------------------------
     def _e_BufferLoad(self, e):
