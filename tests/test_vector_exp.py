@@ -19,11 +19,11 @@ OVER = np.nextafter(np.float32(88.72283935546875), np.float32(0))   # the larges
 #                                                  exp rounds to a finite float32
 
 
-def _exp(n, target):
+def _exp(n, target, lanes=16):
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: te.exp(A[i]), name="B")
     s = te.create_schedule(B)
-    _, i = s[B].split(B.op.axis[0], factor=16)
+    _, i = s[B].split(B.op.axis[0], factor=lanes)
     s[B].vectorize(i)
     return te.build(s, [A, B], target=target, name="vexp")
 
@@ -55,13 +55,14 @@ def _ulp_error(out, a):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("n", [16 * 4096, 16 * 4096 + 9], ids=["whole", "tail"])
-def test_exp_within_one_ulp_over_the_range(rng, target, n):
+@pytest.mark.parametrize("n, lanes", [(16 * 4096, 16), (16 * 4096 + 9, 16), (8 * 4096, 8)],
+                         ids=["whole", "tail", "8 lanes"])
+def test_exp_within_one_ulp_over_the_range(rng, target, n, lanes):
     a = _sweep(rng)
     a = np.resize(a, n)
     rng.shuffle(a)                               # the specials over whole and tail lanes
     out = poisoned(n)
-    _exp(n, target)(a, out)
+    _exp(n, target, lanes)(a, out)
     nan = np.isnan(a)
     assert np.isnan(out[nan]).all(), "exp(NaN) must be NaN"
     assert not np.isnan(out[~nan]).any(), "exp of a number gave NaN (or left the poison)"
@@ -94,8 +95,8 @@ def test_exp_edges(target):
 
 @pytest.mark.skipif(not WIDE, reason="the host has no AVX-512")
 def test_wide_vectors_scale_with_one_vscalef():
-    asm = _exp(64, "llvm").get_source("asm")
-    assert "vscalefps" in asm
+    for lanes in (16, 8):
+        assert "vscalefps" in _exp(64, "llvm", lanes).get_source("asm")
     narrow = _exp(64, "llvm -mattr=-avx512f").get_source("asm")
     assert "vscalefps" not in narrow and "vpslld" in narrow
 

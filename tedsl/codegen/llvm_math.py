@@ -5,9 +5,10 @@ Both forms reduce ``x = n*ln2 + r`` (``|r| <= ln2/2``, ln2 in two parts) and eva
 by Cephes' degree-6 polynomial as fused multiply-adds (``llvm.fmuladd``: one FMA where the
 target has it); they differ in how ``e**r * 2**n`` is formed:
 
-* with 512-bit vectors (AVX-512), one ``vscalefps``: it multiplies by ``2**n`` with a single
-  rounding, so results in the subnormal range are right, ``2**128`` and up give inf and
-  ``2**-150`` and below give 0 with no test of their own;
+* with 512-bit vectors (AVX-512), one ``vscalefps`` (``llvm.ldexp`` for widths other than
+  16 lanes, which LLVM selects as ``vscalefps`` too): it multiplies by ``2**n`` with a single
+  rounding, so results in the subnormal range are right and overflow and underflow give inf
+  and 0 with no test of their own;
 * else ``2**n`` is built from exponent bits in two halves (so that subnormal results stay
   right) and the overflow, underflow and NaN cases are selected at the end.
 
@@ -43,10 +44,13 @@ def vec_exp_f32(cg, x):
     for c in _POLY[1:]:
         p = fma(p, r, vf(c))
     p = b.fadd(fma(p, b.fmul(r, r), r), vf(1.0))            # e**r
-    if getattr(cg, "vector_bits", 0) >= 512 and W == 16:
+    if getattr(cg, "vector_bits", 0) < 512:
+        return _scale_by_bits(cg, x, p, n)
+    if W == 16:
         return cg.intrinsic("llvm.x86.avx512.mask.scalef.ps.512", x.type,
                             [p, n, p, ir.Constant(ir.IntType(16), -1), ir.Constant(I32, 4)])
-    return _scale_by_bits(cg, x, p, n)
+    it = ir.VectorType(I32, W)       # other widths (tails): vscalefps after two conversions
+    return cg.intrinsic(f"llvm.ldexp.v{W}f32.v{W}i32", x.type, [p, b.fptosi(n, it)])
 
 
 def _scale_by_bits(cg, x, p, n):
