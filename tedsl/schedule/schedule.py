@@ -400,7 +400,9 @@ class Stage:
 
     @recorded
     def unroll(self, iv):
-        """Fully unroll a loop of constant extent."""
+        """Fully unroll a loop of constant extent.  The copies may hold at most 1024
+        statements (a store counts 1, a loop kept inside its body plus 4, an inner unrolled
+        loop all its copies); a build above it is refused with the split that fits."""
         what = f"unroll({getattr(iv, 'name', iv)})"
         self._check_compute(what)
         self._check_leaf(iv, what)
