@@ -18,9 +18,8 @@ from ..transform.thread_analysis import interval
 from ..transform.lower_threads import lower_threads
 from . import cpu
 from .cuda import driver, nvrtc
-from .signature import check_scalar
 from .module import TimingResult, signature_of
-from .signature import dim_str, dim_value
+from .signature import bind_sizes, check_arity, check_rank, check_scalar
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _ALIGN = 16
@@ -106,14 +105,8 @@ def bind_device_arguments(sig, args):
     variables bound from the shapes, and the device the arrays live on.  Raises
     ArgumentError / ShapeError naming the argument; nothing runs before the check.
     """
-    params = sig["params"]
-    if len(args) != len(params):
-        names = ", ".join(p["name"] for p in params)
-        first = f"; the first missing one is {params[len(args)]['name']}" \
-            if len(args) < len(params) else ""
-        raise ArgumentError(f"{sig['name']}() takes {len(params)} arguments ({names}) but "
-                            f"{len(args)} were given{first}")
-    env, origin, values, deferred, ordinal = {}, {}, [], [], None
+    params = check_arity(sig, args)
+    values, shaped, ordinal = [], [], None
     for k, (p, a) in enumerate(zip(params, args)):
         pos = f"{k} ({p['name']})"
         if p["kind"] == "scalar":
@@ -128,33 +121,13 @@ def bind_device_arguments(sig, args):
         if arr.dtype != p["dtype"]:
             raise ArgumentError(f"argument {pos}: dtype is {arr.dtype}, expected {p['dtype']} "
                                 "(arrays are never converted implicitly)")
-        if arr.ndim != len(p["shape"]):
-            raise ShapeError(f"argument {pos}: has {arr.ndim} dimension(s) {arr.shape}, "
-                             f"expected {len(p['shape'])}: "
-                             f"({', '.join(dim_str(d) for d in p['shape'])})")
+        check_rank(p, arr.shape, pos)
         if p.get("written") and arr.read_only:
             raise ArgumentError(f"argument {pos}: the array is read-only but the kernel writes "
                                 "it")
-        for d, dim in enumerate(p["shape"]):
-            if isinstance(dim, str) and dim not in env:
-                env[dim], origin[dim] = int(arr.shape[d]), f"{p['name']}.shape[{d}]"
-            else:
-                deferred.append((pos, d, dim, int(arr.shape[d]), arr.shape))
+        shaped.append((pos, p, arr.shape))
         values.append(arr)
-    for pos, d, dim, got, shape in deferred:
-        want = dim_value(dim, env)
-        if want is None:
-            raise ShapeError(f"argument {pos}: cannot determine the size {dim_str(dim)} of "
-                             f"dimension {d}")
-        if want != got:
-            why = f" ({dim} = {env[dim]} from {origin[dim]})" if isinstance(dim, str) else ""
-            raise ShapeError(f"argument {pos}: dimension {d} is {got}, expected "
-                             f"{dim_str(dim)} = {want}{why}; shape {tuple(shape)}")
-    for v in sig["size_vars"]:
-        if v not in env:
-            raise ShapeError(f"{sig['name']}: size {v} cannot be bound from any argument shape")
-        if env[v] > 2**31 - 1:
-            raise ShapeError(f"{sig['name']}: size {v} = {env[v]} exceeds the int32 range")
+    env = bind_sizes(sig, shaped)
     return values, env, 0 if ordinal is None else ordinal
 
 

@@ -83,26 +83,34 @@ def check_scalar(p, a, pos):
     return a
 
 
+def check_arity(sig, args):
+    """The parameters of ``sig``, or ArgumentError when ``args`` has not one per parameter."""
+    params = sig["params"]
+    if len(args) != len(params):
+        names = ", ".join(p["name"] for p in params)
+        first = f"; the first missing one is {params[len(args)]['name']}" \
+            if len(args) < len(params) else ""
+        raise ArgumentError(f"{sig['name']}() takes {len(params)} arguments ({names}) but "
+                            f"{len(args)} were given{first}")
+    return params
+
+
+def check_rank(p, shape, pos):
+    """ShapeError unless an array of ``shape`` has parameter ``p``'s number of dimensions."""
+    if len(shape) != len(p["shape"]):
+        raise ShapeError(f"argument {pos}: has {len(shape)} dimension(s) {tuple(shape)}, "
+                         f"expected {len(p['shape'])}: "
+                         f"({', '.join(dim_str(d) for d in p['shape'])})")
+
+
 def bind_arguments(sig, args):
     """Validate ``args`` against ``sig``; returns ``(values, env)``.
 
     ``values`` holds the numpy array (or the Python scalar) per parameter and ``env`` the size
     variables bound from the shapes.  Raises ArgumentError / ShapeError naming the argument.
     """
-    params = sig["params"]
-    if len(args) != len(params):
-        if len(args) < len(params):
-            missing = params[len(args)]
-            raise ArgumentError(
-                f"{sig['name']}() takes {len(params)} arguments "
-                f"({', '.join(p['name'] for p in params)}) but {len(args)} were given; the first "
-                f"missing one is {missing['name']}")
-        raise ArgumentError(f"{sig['name']}() takes {len(params)} arguments "
-                            f"({', '.join(p['name'] for p in params)}) but {len(args)} were given")
-    env = {}
-    origin = {}
-    values = []
-    deferred = []
+    params = check_arity(sig, args)
+    values, shaped = [], []
     for k, (p, a) in enumerate(zip(params, args)):
         pos = f"{k} ({p['name']})"
         if p["kind"] == "scalar":
@@ -113,10 +121,7 @@ def bind_arguments(sig, args):
         if arr.dtype != want and not (p["dtype"] == "bfloat16" and arr.dtype.name == "bfloat16"):
             raise ArgumentError(f"argument {pos}: dtype is {arr.dtype}, expected {p['dtype']} "
                                 "(arrays are never converted implicitly)")
-        if arr.ndim != len(p["shape"]):
-            raise ShapeError(f"argument {pos}: has {arr.ndim} dimension(s) {arr.shape}, "
-                             f"expected {len(p['shape'])}: "
-                             f"({', '.join(dim_str(d) for d in p['shape'])})")
+        check_rank(p, arr.shape, pos)
         if not arr.flags.c_contiguous:
             raise ArgumentError(f"argument {pos}: array is not C-contiguous (strides "
                                 f"{arr.strides}); pass np.ascontiguousarray(x) — it is never "
@@ -125,14 +130,28 @@ def bind_arguments(sig, args):
             raise ArgumentError(f"argument {pos}: array data is not aligned")
         if p.get("written") and not arr.flags.writeable:
             raise ArgumentError(f"argument {pos}: array is read-only but the kernel writes it")
+        shaped.append((pos, p, arr.shape))
+        values.append(arr)
+    return values, bind_sizes(sig, shaped)
+
+
+def bind_sizes(sig, shaped):
+    """The size variables of ``sig`` bound from the argument shapes, every dimension checked.
+
+    ``shaped`` holds ``(position, parameter, shape)`` per array argument whose rank was
+    checked.  A size is taken from the first dimension that is the size itself, else solved
+    from an affine dimension (``_solve_sizes``); raises ShapeError naming the argument.  Shared
+    by the CPU and CUDA binders.
+    """
+    env, origin, deferred = {}, {}, []
+    for pos, p, shape in shaped:
         for d, dim in enumerate(p["shape"]):
-            got = int(arr.shape[d])
+            got = int(shape[d])
             if isinstance(dim, str) and dim not in env:
                 env[dim] = got
                 origin[dim] = f"{p['name']}.shape[{d}]"
             else:
-                deferred.append((pos, p, d, dim, got, arr.shape))
-        values.append(arr)
+                deferred.append((pos, p, d, dim, got, shape))
     _solve_sizes(deferred, env, origin)
     for pos, p, d, dim, got, shape in deferred:
         want = dim_value(dim, env)
@@ -152,7 +171,7 @@ def bind_arguments(sig, args):
             raise ShapeError(f"{sig['name']}: size {v} cannot be bound from any argument shape")
         if env[v] > 2**31 - 1:
             raise ShapeError(f"{sig['name']}: size {v} = {env[v]} exceeds the int32 range")
-    return values, env
+    return env
 
 
 def _solve_sizes(deferred, env, origin):
