@@ -43,6 +43,8 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self.lane_var = None
         self.vvars = set()
         self.n_par = 0
+        self.n_vector_bodies = 0    # vector bodies emitted so far (loops holding one: no unroll)
+        self.stack_bufs = []        # the stack buffers in scope
         self.in_parallel = False
         self.nthreads = ir.GlobalVariable(self.module, I32, name=f"{self.name}_num_threads")
         self.nthreads.initializer = ir.Constant(I32, num_threads)     # 0: OpenMP's default

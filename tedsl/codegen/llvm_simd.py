@@ -113,7 +113,7 @@ class SimdEmitter:
         b.position_at_end(body)
         self._vector_body(s, W, c)
         c.add_incoming(b.add(c, ir.Constant(I64, W)), b.block)
-        b.branch(head)
+        b.branch(head).set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
         b.position_at_end(end)
         self._serial_loop(s, stop, hi)
 
@@ -133,6 +133,7 @@ class SimdEmitter:
         else:
             self.tail_mask = self.valid_lanes = None
         self.vvars = {s.var}
+        self.n_vector_bodies += 1
         self.vars[s.var] = self.expr(N.Ramp(start, E.Const(1, "int64"), Wp))
         self.stmt(s.body)
         del self.vars[s.var], self.vars[start]

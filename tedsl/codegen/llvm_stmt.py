@@ -10,10 +10,14 @@ from llvmlite import ir
 from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir.functor import free_vars
 from ..ir.simplify import simplify
+from ..tir import nodes as N
+from ..tir.functor import visit
 from . import llvm_intrin
 from .llvm_expr import I1, I32, I64, PTR, is_vec, storage_type
-from .llvm_memory import MemoryEmitter
+from .llvm_memory import MemoryEmitter, _nodes
+from .llvm_simd import _stmt_exprs
 
 STACK_LIMIT = 32 * 1024       # bytes: larger or symbolic allocations go to the heap
 LOOP_SELF = "tedsl.loop.self."  # first operand of a loop id, replaced by the node itself
@@ -154,7 +158,9 @@ class StmtEmitter(MemoryEmitter):
             p = self.alloca(ir.ArrayType(st, n))
             outer = self.bufptr.get(buf)
             self.bufptr[buf] = self._opaque(p)
+            self.stack_bufs.append(buf)
             self.stmt(s.body)
+            self.stack_bufs.pop()
             self._unbind(buf, outer)
             return
         nbytes = self.expr(size)
@@ -201,14 +207,45 @@ class StmtEmitter(MemoryEmitter):
         b.cbranch(b.icmp_signed("<" if s.step > 0 else ">", i, hi), body, end)
         b.position_at_end(body)
         self.vars[s.var] = i
+        vector_bodies = self.n_vector_bodies
         self.stmt(s.body)
         nxt = b.add(i, ir.Constant(I64, s.step))
         i.add_incoming(nxt, b.block)
         back = b.branch(head)
-        if no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations):
+        if (no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations) or
+                self.n_vector_bodies != vector_bodies and not self._indexes_stack(s)):
             back.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
         b.position_at_end(end)
         del self.vars[s.var]        # out of scope: never captured by a later parallel region
+
+    def _indexes_stack(self, s):
+        """Whether loop ``s`` indexes a stack buffer with its variable.
+
+        A loop around vector code is left as unrolled as the schedule made it: LLVM's
+        unroller would copy the vector body again (the README GEMM's rows of FMAs 16 times),
+        which costs compile time (a third of its LLVM time) and gains no speed.  Except a
+        loop that indexes a stack buffer (a register tile, its write-back): only once LLVM
+        has unrolled it are the indices constants and the tile promoted to registers (a
+        GEMM kept its tile in memory and ran 2.5x slower)."""
+        stack = {id(b) for b in self.stack_bufs}
+        tainted = {id(s.var)}
+        found = []
+
+        def uses(indices):
+            return any(id(v) in tainted for e in indices for v in free_vars(e))
+
+        def fn(x):
+            t = type(x)
+            if t is N.Allocate:
+                stack.add(id(x.buffer))
+            elif t is N.LetStmt and uses((x.value,)):
+                tainted.add(id(x.var))
+            elif t is N.Store and id(x.buffer) in stack and uses(x.indices):
+                found.append(x)
+        visit(s.body, fn)
+        return bool(found) or any(
+            type(x) is N.BufferLoad and id(x.buffer) in stack and uses(x.indices)
+            for e in _stmt_exprs(s.body) for x in _nodes(e))
 
     def _loop_id(self, *options):
         """Loop metadata with ``options``; ``module_text`` makes it the distinct, self-referential
