@@ -8,10 +8,12 @@
   arrays' headers, checks the count, type, rank, dtype, flags, shapes and that no array the
   kernel writes overlaps another argument, binds the sizes and calls the body;
   ``torch.Tensor`` arguments are read through torch's stable C shim (the ``aoti_torch_get_*``
-  getters on the tensor's ``at::Tensor``, ``TORCH_GETTERS``: no reference count is touched;
-  ``self`` leads to them, see ``tedsl.runtime.cpu.fast_entry``).  It returns ``None`` when the
-  kernel ran; else (a check failed, or the body returned an error status) it calls the checked
-  path held by ``self`` with the same arguments and returns what that returns, so a module
+  getters on the tensor's ``at::Tensor``, ``TORCH_GETTERS``, then its ``TensorImpl``'s key set
+  and ``requires_grad``, ``TORCH_IMPL``: no reference count is touched; ``self`` leads to
+  them, see ``tedsl.runtime.cpu.fast_entry``; a lazily negated view and a written tensor that
+  requires grad are left to the checked path).  It returns ``None`` when the kernel ran; else
+  (a check failed, or the body returned an error status) it calls the checked path held by
+  ``self`` with the same arguments and returns what that returns, so a module
   whose ``__call__`` is this builtin needs no Python frame on the fast path while the checked
   path still raises the precise error.  Kernels over more than ``GIL_BYTES`` of
   arrays run with the interpreter lock released.  Its references into the interpreter are
@@ -48,6 +50,14 @@ GIL_BYTES = 1 << 16
 TORCH_GETTERS = ("aoti_torch_get_device_type", "aoti_torch_get_layout", "aoti_torch_get_dtype",
                  "aoti_torch_get_dim", "aoti_torch_is_contiguous", "aoti_torch_get_sizes",
                  "aoti_torch_get_data_ptr")
+# then three cells for what no getter reads of the ``TensorImpl`` (``cdata`` points to it),
+# found and checked on live tensors by ``tedsl.runtime.cpu.attach_torch``: the byte offset of
+# its dispatch key set, the key set's bits for a lazy negation or conjugation
+# (``torch._neg_view``, ``.conj()`` and views of them such as ``.conj().imag``: the memory
+# holds the values before it, so such a tensor is declined), and ``bool
+# c10::TensorImpl::requires_grad() const`` (a tensor the kernel writes that requires grad is
+# declined: the checked path refuses it, as autograd would not see the write)
+TORCH_IMPL = ("keyset_offset", "lazy_bits", "requires_grad")
 THP_CDATA = 16             # offset of ``THPVariable::cdata`` (after PyObject_HEAD)
 TORCH_CPU = 0              # c10::DeviceType::CPU
 TORCH_STRIDED = 0          # c10::Layout::Strided
@@ -173,7 +183,7 @@ class EntryEmitter:
             from_nd = (at(obj, abi["data"], PTR), at(obj, abi["dims"], PTR), b.block)
             b.branch(join_bb)
             b.position_at_end(other_bb)
-            from_dl = self._torch_tensor(p, obj, ty, torch, scratch, at, check)
+            from_dl = self._torch_tensor(p, obj, ty, torch, scratch, at, check, p in written)
             b.branch(join_bb)
             b.position_at_end(join_bb)
             data, dims = b.phi(PTR), b.phi(PTR)
@@ -244,14 +254,26 @@ class EntryEmitter:
             b.ret(none)
         self.b, self.fn, self.vars = saved
 
-    def _torch_tensor(self, p, obj, ty, cells, out, at, check):
+    def _torch_tensor(self, p, obj, ty, cells, out, at, check, written):
         """A ``torch.Tensor`` argument read through torch's getters on its ``at::Tensor``
         (borrowed, so no reference count changes): returns ``(data, shape pointer, block)``
         after checking device, layout, dtype, rank, C-contiguity, a data pointer and its
-        alignment.  A getter that fails (a tensor without storage) declines the call."""
+        alignment.  A getter that fails (a tensor without storage) declines the call, and so
+        does a lazy negation or conjugation, and a tensor the kernel writes that requires
+        grad (``TORCH_IMPL``)."""
         b = self.b
         check(b.icmp_unsigned("==", ty, at(cells, 0, I64)))
         handle = b.gep(obj, [ir.Constant(I64, THP_CDATA)], source_etype=I8)
+        impl = at(obj, THP_CDATA, PTR)
+
+        def cell(name, typ):
+            return at(cells, 8 * (1 + len(TORCH_GETTERS) + TORCH_IMPL.index(name)), typ)
+        keyset = b.load(b.gep(impl, [cell("keyset_offset", I64)], source_etype=I8), typ=I64)
+        check(b.icmp_unsigned("==", b.and_(keyset, cell("lazy_bits", I64)), ir.Constant(I64, 0)))
+        if written:
+            callee = copy.copy(cell("requires_grad", PTR))
+            callee.type = ir.FunctionType(I8, [PTR])
+            check(b.icmp_unsigned("==", b.call(callee, [impl]), ir.Constant(I8, 0)))
         getter_t = ir.FunctionType(I32, [PTR, PTR])
 
         def get(name, typ):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from ..codegen.llvm_entry import THP_CDATA, TORCH_CPU, TORCH_DTYPES, TORCH_GETTERS, \
-    TORCH_STRIDED
+    TORCH_IMPL, TORCH_STRIDED
 from ..errors import (ArgumentError, BoundsError, CudaError, OutOfMemoryError, ShapeError,
                       TargetUnavailableError, TedslError)
 
@@ -37,7 +37,7 @@ def raise_status(name, rc):
 @functools.lru_cache(maxsize=None)
 def numpy_abi():
     """Offsets of numpy's array and descriptor structs, verified on a live array (else None)."""
-    abi = {"entry": 3,     # the fast entry's calling convention (part of the cache key)
+    abi = {"entry": 4,     # the fast entry's calling convention (part of the cache key)
            "ob_type": 8, "data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56,
            "flags": 64, "type_num": 28, "byteorder": 26, "ndarray_type": id(np.ndarray),
            "C_CONTIGUOUS": 0x1, "ALIGNED": 0x100, "WRITEABLE": 0x400}
@@ -74,7 +74,8 @@ def numpy_abi():
     return abi
 
 
-_TORCH_CELLS = (ctypes.c_uint64 * (1 + len(TORCH_GETTERS)))()   # read by every fast entry
+# read by every fast entry: torch.Tensor, the getters, the TensorImpl words (llvm_entry)
+_TORCH_CELLS = (ctypes.c_uint64 * (1 + len(TORCH_GETTERS) + len(TORCH_IMPL)))()
 # the fast entry finds its ``self`` objects and these cells at the ctypes objects' data
 # pointers (CDataObject.b_ptr)
 _probe = (ctypes.py_object * 2)(None, ctypes.py_object(_TORCH_CELLS))
@@ -87,17 +88,21 @@ del _probe
 
 def attach_torch():
     """Let fast entries take ``torch.Tensor`` arguments once torch is imported: fill the
-    cells with ``torch.Tensor`` and torch's stable C getters (``llvm_entry.TORCH_GETTERS``),
+    cells with ``torch.Tensor``, torch's stable C getters (``llvm_entry.TORCH_GETTERS``) and
+    where a ``TensorImpl`` keeps its key set and whether it requires grad (``TORCH_IMPL``),
     after checking on live tensors that they read what the entries expect.  True when the
     cells are filled."""
     if _TORCH_CELLS[0]:
         return True
     torch = sys.modules.get("torch")
     getters = _torch_getters(torch) if torch is not None else None
-    if getters is None:
+    impl = _torch_impl_layout(torch) if getters is not None else None
+    if impl is None:
         return False
     for k, g in enumerate(getters):
         _TORCH_CELLS[1 + k] = ctypes.cast(g, ctypes.c_void_p).value
+    for k, v in enumerate(impl):
+        _TORCH_CELLS[1 + len(TORCH_GETTERS) + k] = v
     _TORCH_CELLS[0] = id(torch.Tensor)
     return True
 
@@ -154,6 +159,87 @@ def _torch_getters(torch):
     except (AttributeError, ValueError, TypeError, RuntimeError):
         return None
     return fns if ok else None
+
+
+IMPL_SCAN = 256      # bytes of a TensorImpl searched for its key set
+
+
+def _torch_impl_layout(torch):
+    """``(key set offset, lazy bits, requires_grad)`` of torch's ``TensorImpl``
+    (``llvm_entry.TORCH_IMPL``), found on live tensors: the one word that a lazy negation
+    (``torch._neg_view``) and a conjugation (complex ``.conj()``) each change by one bit, then
+    checked on other tensors, and the address of ``TensorImpl::requires_grad``.  None where
+    the word is not found exactly once or the function does not answer as torch does."""
+    try:
+        with torch.enable_grad(), torch.inference_mode(False):
+            return _find_impl_layout(torch)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+
+
+def _find_impl_layout(torch):
+    def word(t, off):
+        return ctypes.c_uint64.from_address(t._cdata + off).value
+
+    offsets = range(8, IMPL_SCAN, 8)
+    plain = [torch.arange(6.0), torch.zeros((2, 3), dtype=torch.float64),
+             torch.ones(4, dtype=torch.int32), torch.empty(())]
+    cplx = torch.complex(torch.ones(3), torch.arange(3.0))
+    negs = [torch._neg_view(t) for t in plain]
+
+    def added(off, x, y):       # the one bit y's word at off has more than x's, else 0
+        d = word(x, off) ^ word(y, off)
+        return d if bin(d).count("1") == 1 and word(y, off) & d else 0
+    found = []
+    for off in offsets:
+        neg = {added(off, x, y) for x, y in zip(plain, negs)}
+        conj = added(off, cplx, cplx.conj())
+        if len(neg) == 1 and 0 not in neg and conj and conj not in neg:
+            found.append((off, neg.pop() | conj))
+    if len(found) != 1:
+        return None
+    off, lazy = found[0]
+    grad = [torch.ones(3, requires_grad=True), torch.nn.Parameter(torch.ones(2)),
+            torch.ones(3, requires_grad=True) * 2, torch.zeros(2).requires_grad_()]
+    fresh = plain + [torch.ones(3, requires_grad=True).detach(), torch.full((2,), 1.0)]
+    requires_grad = _torch_requires_grad(torch, grad, fresh)
+    if requires_grad is None:
+        return None
+    seen = [(t, False) for t in fresh + grad + [cplx, plain[0][1:], plain[0].view(2, 3)]]
+    seen += [(y, True) for y in negs] + [(cplx.conj(), True), (cplx.conj().imag, True)]
+    seen += [(torch._neg_view(plain[1]).resolve_neg(), False),
+             (cplx.conj().resolve_conj(), False)]
+    if any(bool(word(t, off) & lazy) != lazy_view for t, lazy_view in seen) or \
+            any((t.is_neg() or t.is_conj()) != lazy_view for t, lazy_view in seen):
+        return None
+    return off, lazy, ctypes.cast(requires_grad, ctypes.c_void_p).value
+
+
+REQUIRES_GRAD = "_ZNK3c1010TensorImpl13requires_gradEv"    # c10::TensorImpl::requires_grad
+
+
+def _torch_requires_grad(torch, grad, fresh):
+    """``c10::TensorImpl::requires_grad() const`` from ``libc10`` as a ctypes function, or
+    None where it is missing or does not answer as ``Tensor.requires_grad`` on live tensors
+    (``grad`` require grad, ``fresh`` do not; views of both are added)."""
+    lib_dir = os.path.join(os.path.dirname(getattr(torch, "__file__", "") or ""), "lib")
+    for name in ("libc10.so", "libc10.dylib"):
+        try:
+            fn = getattr(ctypes.CDLL(os.path.join(lib_dir, name)), REQUIRES_GRAD)
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        return None
+    fn.restype, fn.argtypes = ctypes.c_bool, [ctypes.c_void_p]
+    with torch.no_grad():
+        views = [grad[0][1:], fresh[0][1:], grad[1].view(1, 2)]
+    views += [grad[0][1:], fresh[0].view(2, 3), grad[2].detach()]
+    every = grad + fresh + views
+    if not any(t.requires_grad for t in views) or \
+            any(fn(t._cdata) != t.requires_grad for t in every):
+        return None
+    return fn
 
 
 def _torch_cpu_library(torch):

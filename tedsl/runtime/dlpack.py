@@ -303,6 +303,53 @@ def export_capsule(data_ptr, shape, dtype, device, owner, versioned=True, read_o
     return capsule
 
 
+def exportable(obj, where, written=None):
+    """``obj``, about to be read through its ``__dlpack__`` for a kernel call (``where``: what
+    an error message names, e.g. ``"argument 2 (C)"``), as the call may use it.
+
+    DLPack carries no lazy negation or conjugation: a torch tensor with its negative bit
+    (``torch._neg_view(t)``, ``.conj().imag``) or conjugate bit set would be exported as the
+    memory holds it, so its values would be read with the wrong sign; it is refused, never
+    resolved implicitly.  A kernel call is not recorded by autograd: a tensor that requires
+    grad is read as ``t.detach()`` (inference with a model's parameters), and one the kernel
+    writes (``written``) is refused, as autograd would not see the write (``written=None``: a
+    view that may be written, such as ``nd.from_dlpack``'s, refuses it too).
+    """
+    is_neg = getattr(obj, "is_neg", None)
+    if is_neg is None or not callable(is_neg):
+        return obj
+    if is_neg() or obj.is_conj():
+        bit, fix = ("negative", "resolve_neg") if is_neg() else ("conjugate", "resolve_conj")
+        raise ArgumentError(f"{where}: the torch tensor has its {bit} bit set (a lazy view "
+                            f"such as torch._neg_view(t) or t.conj().imag), which DLPack "
+                            f"exports as the memory holds it; pass t.{fix}() (never done "
+                            "implicitly)")
+    if obj.requires_grad:
+        if written is None:
+            raise ArgumentError(f"{where}: the torch tensor requires grad, and what is done "
+                                "through DLPack is not recorded by autograd; pass t.detach()")
+        if written:
+            raise ArgumentError(f"{where}: the kernel writes this torch tensor, but it "
+                                "requires grad and a kernel call is not recorded by autograd; "
+                                "pass an output that does not require grad (e.g. "
+                                "torch.empty(...)), or t.detach() to write it anyway")
+        return obj.detach()
+    return obj
+
+
+def exportable_args(sig, args):
+    """``args`` of a call of the kernel with signature ``sig``, each torch tensor through
+    :func:`exportable` (the same tuple when none changes)."""
+    out = None
+    for k, (p, a) in enumerate(zip(sig["params"], args)):
+        if p["kind"] == "buffer" and hasattr(a, "is_neg"):
+            b = exportable(a, f"argument {k} ({p['name']})", bool(p.get("written")))
+            if b is not a:
+                out = out or list(args)
+                out[k] = b
+    return args if out is None else out
+
+
 def is_capsule(obj):
     """True if ``obj`` is a PyCapsule (of any name)."""
     return type(obj).__name__ == "PyCapsule"

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import cpu
+from .dlpack import exportable_args
 from .signature import bind_arguments, check_overlap, np_dtype, overlap_pairs
 
 
@@ -112,7 +113,7 @@ class Module:
         return 0 if self._probe(*args) is None else 1
 
     def _call_checked(self, args):
-        values, env = bind_arguments(self.signature, args)
+        values, env = bind_arguments(self.signature, exportable_args(self.signature, args))
         params = self.signature["params"]
         addrs = [v.ctypes.data if p["kind"] == "buffer" else 0 for p, v in zip(params, values)]
         check_overlap(self.signature, values, addrs, self._alias_pairs)

@@ -431,6 +431,7 @@ def from_dlpack(obj):
         if not hasattr(obj, "__dlpack__"):
             raise ArgumentError(f"{type(obj).__name__} does not implement __dlpack__; use "
                                 f"tedsl array() to copy it instead")
+        obj = dlpack.exportable(obj, "from_dlpack")
         dev_type = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
         # tedsl launches on the legacy default stream (1); host memory takes no stream.
         stream = None if from_dlpack_device(dev_type, 0).kind == "cpu" else 1

@@ -193,6 +193,8 @@ def _build_group(root, members, boundary, te_nodes, name):
 def _as_numpy(t):
     if t.requires_grad:
         t = t.detach()
+    if t.is_neg():      # a lazy negation (torch._neg_view, .conj().imag): eager reads it negated
+        t = t.resolve_neg()
     if not t.is_contiguous():
         t = t.contiguous()
     return t.numpy()
