@@ -7,22 +7,27 @@ instruction.  When such a module is made (built, loaded from the kernel cache, o
 an exported library that records its CPU), LLVM compares the target's features with this
 machine's once (:func:`tedsl.codegen.target.missing_features`); a module that needs more
 refuses every call with :class:`~tedsl.errors.TargetUnavailableError` naming what is missing.
-A module for this machine is returned as it is: its calls cost what they did.
+A module for this machine is returned as it is: its calls cost what they did.  A plain
+``llvm`` build is compiled for this machine's CPU and features, which are recorded too, so a
+library exported from it refuses to run on a machine that lacks some of them.
 """
 from ..codegen import target as target_mod
 from ..errors import TargetUnavailableError
 
 _REFUSING = {}
+FEATURES_SHOWN = 160       # a longer feature list is not repeated in the refusal
 
 
 def guard(mod, tgt):
     """``mod`` (built for target ``tgt``), refusing its calls where this machine lacks
     features its CPU has; the CPU is recorded in the signature, so a library exported from it
-    is checked where it is loaded."""
-    if tgt.mcpu is None:        # this machine's CPU and features (-mattr checked at build)
-        return mod
+    is checked where it is loaded.  Plain ``llvm`` compiles for this machine's CPU and
+    features: they are recorded (a library exported from it refuses a weaker machine) and
+    not checked here."""
     cpu, feats = target_mod.cpu_and_features(tgt)
     mod.signature = dict(mod.signature, cpu=[cpu, feats])
+    if tgt.mcpu is None:        # this machine's CPU and features (-mattr checked at build)
+        return mod
     return guard_cpu(mod, cpu, feats)
 
 
@@ -31,6 +36,8 @@ def guard_cpu(mod, cpu, feats):
     missing = target_mod.missing_features(cpu, feats)
     if not missing:
         return mod
+    if len(feats) > FEATURES_SHOWN:     # a host's whole list: the missing ones are named
+        feats = "the features of the machine it was built on"
     mod._foreign = target_mod.foreign_message(mod.name, cpu, feats, missing)
     cls = type(mod)
     refusing = _REFUSING.get(cls)
