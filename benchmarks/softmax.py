@@ -18,7 +18,9 @@ AVX-512; rows in parallel; the figures below say 16):
   the sums as 16 vectorized partial results (``rfactor``) per row.
 
 Run: ``python benchmarks/softmax.py [--quick] [--sizes-only]``; writes the ``softmax`` section
-of RESULTS.md, and ``softmax_sizes``: the three-pass schedule at aligned and odd sizes.
+of RESULTS.md, and ``softmax_sizes``: the per-row and three-pass schedules at aligned and odd
+sizes (with two threads on a loaded machine each parallel region can wait for a core: the
+three-pass schedule has three per call, the per-row one one).
 ``--auto``: ``te.auto_schedule`` of ``ops.softmax`` (no search) against PyTorch at 4096 × 1024,
 4096 × 1023 and 256 × 1024, with the same graph dividing by the row's sum for comparison
 (section ``softmax_auto``).
@@ -225,40 +227,58 @@ SIZE_SWEEP = [((4096, 1024), "aligned"), ((4096, 1023), "odd columns"),
               ((4093, 1025), "odd rows and columns")]
 
 
+SIZE_SCHEDULES = {"per row": per_row, "three passes": three_passes}
+
+
 def sizes(rounds=ROUNDS, quick=False):
-    """The ``three passes`` schedule at aligned and odd sizes; elements per second compared
-    with the aligned size (full vector tiles are separated from the partial ones)."""
+    """The ``per row`` and ``three passes`` schedules at aligned and odd sizes; elements per
+    second compared with the aligned size (full vector tiles are separated from the partial
+    ones).  1-thread rows also give the rate by the calling thread's CPU time."""
     sweep = SIZE_SWEEP[:2] if quick else SIZE_SWEEP
     mods = {}
     for (r, c), _ in sweep:
-        s, args = three_passes(r, c)
-        f = te.build(s, args, name=f"softmax_{r}_{c}")
         x = np.random.default_rng(0).standard_normal((r, c), dtype=np.float32) * 4
-        y = np.full((r, c), np.nan, np.float32)
-        f(x, y)
         ref = numpy_softmax(x.astype(np.float64))
-        err = float(np.abs(y - ref).max() / np.abs(ref).max())
-        assert err < 1e-5, f"softmax {r}x{c}: wrong result (relative error {err:.1e})"
-        mods[(r, c)] = (f, x, y)
+        for sched, make in SIZE_SCHEDULES.items():
+            s, args = make(r, c)
+            f = te.build(s, args, name=f"softmax_{r}_{c}")
+            y = np.full((r, c), np.nan, np.float32)
+            f(x, y)
+            err = float(np.abs(y - ref).max() / np.abs(ref).max())
+            assert err < 1e-5, f"softmax {sched} {r}x{c}: wrong result (relative error {err:.1e})"
+            mods[(sched, (r, c))] = (f, x, y)
     times = {}
     for _ in range(rounds):
         for nt in (1, 2):
             for key, (f, x, y) in mods.items():
                 f.set_num_threads(nt)
-                times.setdefault((key, nt), []).append(median_call(lambda: f(x, y)))
-    rate = {k: k[0][0] * k[0][1] / statistics.median(v) / 1e9 for k, v in times.items()}
+                time.sleep(SETTLE_S)
+                times.setdefault((key, nt), []).append(median_calls(lambda: f(x, y)))
+    rate, cpu_rate = {}, {}
+    for (key, nt), v in times.items():
+        n = key[1][0] * key[1][1]
+        rate[key, nt] = n / statistics.median(w for w, _ in v) / 1e9
+        cpu_rate[key, nt] = n / statistics.median(c for _, c in v) / 1e9
     rows = []
-    for (shape, kind) in sweep:
-        for nt in (1, 2):
-            g = rate[(shape, nt)]
-            rows.append([f"{shape[0]} × {shape[1]}", kind, nt, f"{g:.3f}",
-                         f"{g / rate[(sweep[0][0], nt)]:.2f}×"])
-    table = markdown_table(["softmax (rows × columns)", "kind", "threads", "Gelem/s",
-                            "vs aligned"], rows)
-    note = (f"The three-pass schedule (maxima and sums by rfactor over {V} lanes, output "
-            f"vectorized by {V}, rows in parallel blocks of {RB}); odd tails as masked whole "
-            f"registers; median over {rounds} "
-            f"interleaved rounds of the median call in a {BLOCK_S:.1f} s block.")
+    for sched in SIZE_SCHEDULES:
+        for (shape, kind) in sweep:
+            for nt in (1, 2):
+                g, aligned = rate[(sched, shape), nt], (sched, sweep[0][0])
+                cpu = (f"{cpu_rate[(sched, shape), nt]:.3f} "
+                       f"({cpu_rate[(sched, shape), nt] / cpu_rate[aligned, nt]:.2f}×)"
+                       if nt == 1 else "")
+                rows.append([sched, f"{shape[0]} × {shape[1]}", kind, nt, f"{g:.3f}",
+                             f"{g * 8:.1f}", f"{g / rate[aligned, nt]:.2f}×", cpu])
+    table = markdown_table(["schedule", "softmax (rows × columns)", "kind", "threads",
+                            "Gelem/s", "GB/s", "vs aligned", "by CPU time (vs aligned)"], rows)
+    note = (f"per row: one parallel region, the maxima, exponentials and sums computed per row "
+            f"({V} vectorized partial results by rfactor); three passes: maxima, sums and output "
+            f"each a parallel region of its own (rows in parallel blocks of {RB}, {V} lanes). "
+            f"Odd widths: full vector tiles with constant extents, then the tail (a masked "
+            f"whole register, or a narrower vector). GB/s: bytes read and written (float32). "
+            f"Median over {rounds} interleaved rounds of the median call in a {BLOCK_S:.1f} s "
+            f"block; 'by CPU time': the calling thread's CPU time (1 thread), which leaves out "
+            f"the time other processes hold the core." + load_note())
     print(table)
     print(note)
     write_results("softmax_sizes", "## Row softmax at odd sizes\n\n" + table + "\n\n" + note)

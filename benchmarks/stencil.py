@@ -8,9 +8,22 @@ Full vector tiles run with a constant width and the last partial tile of each ro
 them (an odd width as whole registers under a lane mask), so an odd width should keep
 about the rate of an aligned one.
 
+Two threads need both cores: the row blocks are dealt to the threads in two equal chunks in
+one parallel region per call (no region per row, no shared cache lines: a block is 8 whole
+rows), and the call returns when the later thread is done.  Where another process is running,
+that thread waits in the run queue of the other core while the calling thread, done with its
+own chunk, spins at libgomp's barrier (``GOMP_SPINCOUNT``, 300000 ``pause`` loops by default,
+about 24 ms on this CPU) before it sleeps and lets the waiting thread have its core; one call
+of 0.16 ms then takes about 24 ms (0.04 Gpoint/s at m = 1024 with one busy process beside it,
+3.3 on one thread; ``GOMP_SPINCOUNT=10000`` 1.7, ``OMP_WAIT_POLICY=passive`` 3.2).  The
+2-thread rows of a run on a loaded machine measure that wait, not the kernel; the note under
+the table gives the load average.
+
 Run: ``python benchmarks/stencil.py [--quick]``; writes the ``stencil`` section of RESULTS.md.
 """
 import argparse
+import os
+import time
 
 import numpy as np
 
@@ -48,10 +61,19 @@ def numpy_stencil(x, out):
     return out
 
 
+def timed(fn, record):
+    """``fn`` that appends the duration of each call to ``record``."""
+    def call():
+        t = time.perf_counter()
+        fn()
+        record.append(time.perf_counter() - t)
+    return call
+
+
 def main(quick=False, rounds=None, threads=(1, 2)):
     sizes = QUICK if quick else SIZES
     rounds = rounds or (3 if quick else 7)
-    rates = {}
+    contenders, calls = {}, {}
     for m, _ in sizes:
         s, args = schedule(m)
         f = te.build(s, args, name=f"stencil{m}")
@@ -62,29 +84,43 @@ def main(quick=False, rounds=None, threads=(1, 2)):
         err = float(np.abs(y - ref).max())
         assert err < 1e-5, f"stencil {m}: wrong result ({err:.1e})"
         yn = np.empty((m, m), np.float32)
-        t = interleaved({"tedsl": (f.set_num_threads, lambda: f(x, y)),
-                         "numpy": (None, lambda: numpy_stencil(x, yn))}, rounds, threads,
-                        calls=5, settle=0.05)
-        rates[m] = {k: m * m / v / 1e9 for k, v in t.items()}
+        contenders["tedsl", m] = (f.set_num_threads, timed(lambda f=f, x=x, y=y: f(x, y),
+                                                          calls.setdefault(m, [])))
+        contenders["numpy", m] = (None, lambda x=x, yn=yn: numpy_stencil(x, yn))
+    # every size and contender in each round: the sizes are compared under the same load
+    t = interleaved(contenders, rounds, threads, calls=9, settle=0.05)
+    rate = {(name, m, nt): m * m / v / 1e9 for ((name, m), nt), v in t.items()}
+    fastest = {m: m * m / min(v) / 1e9 for m, v in calls.items()}   # over both thread counts
     rows = []
     for m, kind in sizes:
         ref = 1024 if m < 1500 else 2048
         for nt in threads:
-            r = rates[m][("tedsl", nt)]
-            vs = f"{r / rates[ref][('tedsl', nt)]:.2f}×" if ref in rates else ""
-            rows.append([m, kind, nt, f"{r:.2f}", f"{rates[m][('numpy', nt)]:.2f}",
-                         f"{r / rates[m][('numpy', nt)]:.2f}×", vs])
-    table = markdown_table(["m (interior m×m)", "kind", "threads", "tedsl Gpoint/s",
-                            "numpy Gpoint/s", "vs numpy", "vs aligned"], rows)
+            r = rate["tedsl", m, nt]
+            vs = f"{r / rate['tedsl', ref, nt]:.2f}×" if ("tedsl", ref, nt) in rate else ""
+            gbs = r * 4 * ((m + 2) ** 2 + m * m) / (m * m)      # X read once, Y written
+            rows.append([m, kind, nt, f"{r:.2f}", f"{gbs:.1f}", f"{rate['numpy', m, nt]:.2f}",
+                         f"{r / rate['numpy', m, nt]:.2f}×", vs,
+                         f"{fastest[m]:.2f}" if nt == max(threads) else ""])
+    table = markdown_table(["m (interior m×m)", "kind", "threads", "tedsl Gpoint/s", "tedsl GB/s",
+                            "numpy Gpoint/s", "vs numpy", "vs aligned",
+                            "tedsl fastest call Gpoint/s"], rows)
     note = (f"5-point Jacobi step, float32; rows in parallel blocks of {RB}, columns by {V} "
-            f"vectorized. Medians of {rounds} interleaved rounds (median of 5 calls each). numpy: "
+            f"vectorized. Medians of {rounds} interleaved rounds (median of 9 calls each). numpy: "
             f"five slice additions into a preallocated output (one thread). 'vs aligned': "
-            f"tedsl's rate against m = 1024 (or 2048) at the same thread count.")
+            f"tedsl's rate against m = 1024 (or 2048) at the same thread count. Load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores after the run. With another "
+            f"process running, a 2-thread call waits for a core (the calling thread spins at "
+            f"libgomp's barrier for up to GOMP_SPINCOUNT pause loops, about 24 ms here, while "
+            f"the other thread waits behind that process), so the 2-thread rows compare sizes "
+            f"only from a quiet run (the script's docstring); "
+            f"'fastest call': the fastest single call of the run, with {max(threads)} threads "
+            f"unless one thread was faster, which a busy machine leaves about as fast as a "
+            f"quiet one.")
     print(machine_description())
     print(table)
     print(note)
     write_results("stencil", "## 2-D stencil, odd and aligned sizes\n\n" + table + "\n\n" + note)
-    return rates
+    return rate
 
 
 if __name__ == "__main__":
