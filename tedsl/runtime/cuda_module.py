@@ -93,7 +93,8 @@ def _device_array(a, p, pos):
         if int(dev[0]) != 2:
             raise ArgumentError(f"argument {pos}: DLPack device {tuple(dev)} is not a CUDA "
                                 f"device, but this module runs on CUDA; {hint}")
-        return from_dlpack(a)
+        from .dlpack import exportable
+        return from_dlpack(exportable(a, f"argument {pos} ({p['name']})", bool(p.get("written"))))
     raise ArgumentError(f"argument {pos}: expected an array of {p['dtype']} on a CUDA device, "
                         f"got {type(a).__name__}; {hint}")
 
