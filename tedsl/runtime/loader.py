@@ -87,7 +87,7 @@ def _kernel(lib, sig, device):
         return LoadedCudaKernel(sig, lib, packed)
     threads = ctypes.addressof(ctypes.c_int32.in_dll(lib, f"{name}_num_threads"))
     mod = Module(sig, packed, None, {}, keepalive=[lib], threads_addr=threads)
-    if sig.get("cpu"):          # built with -mcpu: refused here if this CPU lacks its features
+    if sig.get("cpu"):          # every CPU build records its CPU: refused here if this CPU lacks its features
         from .foreign import guard_cpu
         mod = guard_cpu(mod, *sig["cpu"])
     return mod
