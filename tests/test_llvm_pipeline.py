@@ -7,7 +7,7 @@ import numpy as np
 
 import tedsl as te
 from conftest import check_kernel, rand
-from tedsl.cli import gemm_schedule, gemm_tile
+from tedsl.cli import gemm_schedule
 from tedsl.codegen import target as tg
 
 LANES = max(4, tg.vector_bits(tg.parse("llvm")) // 32)
@@ -49,8 +49,7 @@ def test_register_tile_stays_in_registers(rng):
     # the tile's write-back loop indexes the tile with its variable: LLVM still unrolls it,
     # so every index is a constant and the tile is promoted out of its stack buffer
     m, n, k = 45, 70, 33
-    mr, nr, ku = gemm_tile()
-    s, args = gemm_schedule(m, n, k, mr, nr, ku)
+    s, args = gemm_schedule(m, n, k, 6, 2 * LANES, 4)     # a tile every x86 CPU holds
     f = te.build(s, args)
     assert "alloca [" in f.get_source("ll-raw")
     ll = f.get_source("ll")

@@ -45,6 +45,9 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self.n_par = 0
         self.n_vector_bodies = 0    # vector bodies emitted so far (loops holding one: no unroll)
         self.stack_bufs = []        # the stack buffers in scope
+        self.open_loops = {}        # id(var) -> var of the serial loops being emitted
+        self.stack_indexers = set()     # id(var) of loops whose variable indexes a stack buffer
+        self.let_values = {}        # id(var) -> value of the let bindings met
         self.in_parallel = False
         self.nthreads = ir.GlobalVariable(self.module, I32, name=f"{self.name}_num_threads")
         self.nthreads.initializer = ir.Constant(I32, num_threads)     # 0: OpenMP's default

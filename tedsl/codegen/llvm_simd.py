@@ -185,6 +185,7 @@ class SimdEmitter:
         return super().alloca(ty, count, align)
 
     def load(self, buf, indices, dtype):
+        self._note_stack_access(buf, indices)
         how = self._padded_access(buf, indices)
         if how is None:
             return super().load(buf, indices, dtype)
@@ -195,6 +196,7 @@ class SimdEmitter:
             self.mask = saved
 
     def store(self, s):
+        self._note_stack_access(s.buffer, s.indices)
         if self._padded_access(s.buffer, s.indices) != "stack":
             return super().store(s)
         # a whole-register read-modify-write: the padded lanes keep their values, and the

@@ -12,12 +12,9 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.functor import free_vars
 from ..ir.simplify import simplify
-from ..tir import nodes as N
-from ..tir.functor import visit
 from . import llvm_intrin
 from .llvm_expr import I1, I32, I64, PTR, is_vec, storage_type
-from .llvm_memory import MemoryEmitter, _nodes
-from .llvm_simd import _stmt_exprs
+from .llvm_memory import MemoryEmitter
 
 STACK_LIMIT = 32 * 1024       # bytes: larger or symbolic allocations go to the heap
 LOOP_SELF = "tedsl.loop.self."  # first operand of a loop id, replaced by the node itself
@@ -109,6 +106,7 @@ class StmtEmitter(MemoryEmitter):
     def _s_LetStmt(self, s):
         v = self.expr(s.value)
         self.vars[s.var] = v
+        self.let_values[id(s.var)] = s.value
         if is_vec(v):
             self.vvars.add(s.var)
         self.stmt(s.body)
@@ -208,44 +206,38 @@ class StmtEmitter(MemoryEmitter):
         b.position_at_end(body)
         self.vars[s.var] = i
         vector_bodies = self.n_vector_bodies
+        self.open_loops[id(s.var)] = s.var
         self.stmt(s.body)
+        del self.open_loops[id(s.var)]
         nxt = b.add(i, ir.Constant(I64, s.step))
         i.add_incoming(nxt, b.block)
         back = b.branch(head)
+        # A loop around vector code is left as unrolled as the schedule made it: LLVM's
+        # unroller would copy the vector body again (the README GEMM's rows of FMAs 16
+        # times), which costs compile time (a third of its LLVM time) and gains no speed.
+        # Except a loop that indexes a stack buffer (a register tile, its write-back): only
+        # once LLVM has unrolled it are the indices constants and the tile promoted to
+        # registers (a GEMM kept its tile in memory and ran 2.5x slower).
         if (no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations) or
-                self.n_vector_bodies != vector_bodies and not self._indexes_stack(s)):
+                self.n_vector_bodies != vector_bodies and
+                id(s.var) not in self.stack_indexers):
             back.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
         b.position_at_end(end)
         del self.vars[s.var]        # out of scope: never captured by a later parallel region
 
-    def _indexes_stack(self, s):
-        """Whether loop ``s`` indexes a stack buffer with its variable.
-
-        A loop around vector code is left as unrolled as the schedule made it: LLVM's
-        unroller would copy the vector body again (the README GEMM's rows of FMAs 16 times),
-        which costs compile time (a third of its LLVM time) and gains no speed.  Except a
-        loop that indexes a stack buffer (a register tile, its write-back): only once LLVM
-        has unrolled it are the indices constants and the tile promoted to registers (a
-        GEMM kept its tile in memory and ran 2.5x slower)."""
-        stack = {id(b) for b in self.stack_bufs}
-        tainted = {id(s.var)}
-        found = []
-
-        def uses(indices):
-            return any(id(v) in tainted for e in indices for v in free_vars(e))
-
-        def fn(x):
-            t = type(x)
-            if t is N.Allocate:
-                stack.add(id(x.buffer))
-            elif t is N.LetStmt and uses((x.value,)):
-                tainted.add(id(x.var))
-            elif t is N.Store and id(x.buffer) in stack and uses(x.indices):
-                found.append(x)
-        visit(s.body, fn)
-        return bool(found) or any(
-            type(x) is N.BufferLoad and id(x.buffer) in stack and uses(x.indices)
-            for e in _stmt_exprs(s.body) for x in _nodes(e))
+    def _note_stack_access(self, buf, indices):
+        """Remember the open loops whose variables (also through ``let`` bindings) index
+        stack buffer ``buf``; see :meth:`_serial_loop`."""
+        if not self.open_loops or not any(b is buf for b in self.stack_bufs):
+            return
+        used, todo = set(), list(indices)
+        while todo:
+            for v in free_vars(todo.pop()):
+                if id(v) not in used:
+                    used.add(id(v))
+                    if id(v) in self.let_values:
+                        todo.append(self.let_values[id(v)])
+        self.stack_indexers.update(i for i in used if i in self.open_loops)
 
     def _loop_id(self, *options):
         """Loop metadata with ``options``; ``module_text`` makes it the distinct, self-referential
