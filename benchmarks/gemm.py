@@ -1,8 +1,9 @@
 """Float32 GEMM (C = A @ B) against numpy/OpenBLAS over a sweep of sizes, 1 and 2 threads.
 
 The schedule is ``tedsl.cli.gemm_schedule`` (``gemm_template`` at its default knobs) with the
-register tile ``tedsl.cli.gemm_tile()`` detects for this CPU (14×32 with 32 zmm registers,
-6×16 with 16 ymm): B panel by B panel in parallel, each panel packed by its thread just before
+register tile ``tedsl.cli.gemm_tile(n=..)`` picks for this CPU and shape (with 32 zmm
+registers 6×64 when A does not fit in L2, else 14×32; 6×16 with 16 ymm): B panel by B panel in
+parallel, each panel packed by its thread just before
 use (it stays in that core's L2 while the rows of A, read in place, stream past it), the tile
 accumulated in registers (unrolled rows, vectorized columns), k unrolled by 4.
 ``build_best(n)`` returns the built module (arguments A, B, C) so that other tools can
@@ -33,28 +34,30 @@ import tedsl as te
 
 from tedsl.cli import gemm_tile
 
-MR, NR, KU = gemm_tile()
+KU = gemm_tile()[2]                  # k unrolled by (the same for every tile)
 SIZES = [127, 128, 255, 256, 257, 512, 1000, 1023, 1024, 1025, 2000, 2048]
 QUICK = [256, 257, 1000, 1024]
 RECT = [(64, 4096, 1024), (4096, 64, 1024)]       # (M, N, K)
-TILE = 32                   # the sweep's aligned sizes (multiples of 32; the row tile is MR)
+TILE = 32                   # the sweep's aligned sizes (multiples of 32)
 
 
-def schedule(n, mr=MR, nr=NR, ku=KU):
+def schedule(n, mr=None, nr=None, ku=None):
     """The compute definition and schedule of an n×n×n float32 matmul; returns (s, args).
 
     The schedule is ``tedsl.cli.gemm_template`` (also the space ``python -m tedsl tune``
-    searches) at these knobs."""
+    searches) at these knobs (default: ``gemm_tile(n=n)``)."""
     from tedsl.cli import gemm_template
     from tedsl.tune import Space
-    config = {"tile_i": mr, "tile_j": nr, "unroll_k": ku, "unroll_rows": True}
+    tile = gemm_tile(n=n)
+    config = {"tile_i": mr or tile[0], "tile_j": nr or tile[1], "unroll_k": ku or tile[2],
+              "unroll_rows": True}
     return gemm_template(Space(config), n)
 
 
-def schedule_rect(m, n, k_, mr=MR, nr=NR, ku=KU):
+def schedule_rect(m, n, k_):
     """The same schedule for an (m × k) @ (k × n) product; returns (s, [A, B, C])."""
     from tedsl.cli import gemm_schedule
-    return gemm_schedule(m, n, k_, mr, nr, ku)
+    return gemm_schedule(m, n, k_, *gemm_tile(n=n, m=m, k=k_))
 
 
 def build_best(n):
@@ -217,10 +220,12 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
                         (shape[0], r["gflops"][(who, nt)]))
     png = save_plot(HERE / "gemm_sweep.png", series, "n (n×n×n float32)", "GFLOP/s",
                     "GEMM: tedsl (benchmark schedule) vs numpy")
+    tiles = sorted({"×".join(map(str, gemm_tile(n=n, m=m, k=k)[:2])) for m, n, k in results})
     note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each, 0.15 s pause "
             f"before each contender); numpy's OpenBLAS thread count set to match. Schedule "
-            f"(tile detected from the SIMD width and register count): {MR}×{NR} register "
-            f"tile, k unrolled by {KU}, panels of {NR} columns of B in parallel, each packed "
+            f"(tile detected from the SIMD width, register count and L2 size: the wide one "
+            f"when A does not fit in L2): {' or '.join(tiles)} register tile, k unrolled by "
+            f"{KU}, panels of tile-width columns of B in parallel, each packed "
             f"by its thread just before its tiles run (all of B up front when a panel is at "
             f"most 32 KB), A read in place; full tiles separated from the partial ones, odd "
             f"column tails as masked whole registers. 'CPU time' columns (1 thread): timed by "

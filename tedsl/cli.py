@@ -50,8 +50,9 @@ def schedule_matmul(n):
     """The demo's matmul ``C = A @ B`` on ``n x n`` float32 with the fast CPU schedule.
 
     This is :func:`gemm_template` at its default knobs (the schedule of
-    ``benchmarks/gemm.py``, :func:`gemm_schedule`): A and B packed into panels, the register
-    tile of :func:`gemm_tile` for this CPU, k unrolled by 4, panels of B in parallel.
+    ``benchmarks/gemm.py``, :func:`gemm_schedule`): B packed into panels, A read in place, the
+    register tile of :func:`gemm_tile` for this CPU, k unrolled by 4, panels of B in
+    parallel.
 
     Returns
     -------
@@ -59,7 +60,7 @@ def schedule_matmul(n):
     args : list of tedsl.Tensor
         ``[A, B, C]``.
     """
-    mr, nr, ku = gemm_tile()
+    mr, nr, ku = gemm_tile(n=n)
     return gemm_schedule(n, n, n, mr, nr, ku)
 
 
@@ -250,7 +251,7 @@ def gemm_template(cfg, n):
     args : list of tedsl.Tensor
         ``[A, B, C]``.
     """
-    mr0, nr0, ku0 = gemm_tile()
+    mr0, nr0, ku0 = gemm_tile(n=n)
     mr = cfg.define_split("tile_i", n, _candidates(mr0, (8, 4, 2, 16), n))
     nr = cfg.define_split("tile_j", n, _candidates(nr0, (32, 16, 64, 8), n))
     ku = cfg.define_split("unroll_k", n, _candidates(ku0, (4, 1, 2, 8), n))
@@ -264,28 +265,57 @@ def _candidates(first, others, n):
     return out or [n]
 
 
-def gemm_tile(target=None):
+def gemm_tile(target=None, n=None, m=None, k=None):
     """``(mr, nr, ku)``: the float32 register tile of :func:`gemm_schedule` for a CPU target
-    (default: the host), from its detected SIMD width and register count.
+    (default: the host), from its detected SIMD width, register count and L2 cache size.
 
-    The tile is ``mr`` rows by two vector registers of columns (``nr = 2 * lanes``): per step
-    of k it loads two vectors of B, broadcasts ``mr`` elements of A and issues ``2 * mr``
-    FMAs into ``2 * mr`` accumulator registers.  ``mr`` is the largest that keeps the
-    accumulators, the two B vectors and one broadcast in registers (no spilling): 14 x 32 with
-    32 zmm registers (AVX-512), 6 x 16 with 16 ymm registers (AVX2).  ``ku = 4``: the
-    reduction unrolled by 4."""
+    The tile is ``mr`` rows by ``nv`` vector registers of columns (``nr = nv * lanes``): per
+    step of k it loads ``nv`` vectors of B, broadcasts ``mr`` elements of A and issues
+    ``mr * nv`` FMAs into as many accumulator registers.  For each ``nv`` (a power of two)
+    ``mr`` is the largest that keeps the accumulators, the ``nv`` B vectors and one broadcast
+    in registers (no spilling).  Two tiles are in play:
+
+    * two registers of columns: 14 x 32 with 32 zmm registers (AVX-512), 6 x 16 with 16 ymm
+      registers (AVX2);
+    * the one with the most FMAs per load, ``mr * nv / (mr + nv)``, when it is wider: 6 x 64
+      (``nv = 4``, 24 FMAs per 10 loads against 28 per 16) with 32 registers.  Its panels of
+      B are twice as wide, so A, which streams past each panel, is read half as often.
+
+    The wide tile is taken for a product whose A (``m x k`` floats) does not fit in the L2
+    cache (then A is read from L3 once per panel) and whose panels (``n / nr``) are at least
+    as many as the threads (the target's ``-num-threads``, else
+    :func:`tedsl.runtime.cpu.num_threads`: the threads share the panels).  On one core of
+    the AVX-512 host it ran 3-9% faster than 14 x 32 at n = 1000-2048; where A stays in L2
+    (n = 257, 512) 14 x 32 was 3% faster.  Without ``n`` the tile of a large product is
+    returned.  ``ku = 4``: the reduction unrolled by 4.
+
+    Parameters
+    ----------
+    target : str or Target, optional
+    n, m, k : int, optional
+        Columns of C, rows of C (default ``n``) and the reduction length (default ``n``).
+    """
+    from .auto.machine import cache_sizes
     from .codegen import target as tg
+    from .runtime.cpu import num_threads
     tgt = tg.parse(target)
     lanes = max(4, tg.vector_bits(tgt) // 32)
-    nv = 2
-    mr = (tg.vector_registers(tgt) - nv - 1) // nv
-    return mr, nv * lanes, 4
+    regs = tg.vector_registers(tgt)
+    rows = {nv: (regs - nv - 1) // nv for nv in (1, 2, 4, 8) if regs - nv - 1 >= nv}
+    nv = max(rows, key=lambda v: (rows[v] * v / (rows[v] + v), -v))
+    if n is not None and nv > 2:
+        m, k = n if m is None else m, n if k is None else k
+        panels = -(-n // (nv * lanes))
+        if 4 * m * k <= cache_sizes()[2] or panels < (tgt.num_threads or num_threads()):
+            nv = 2
+    return rows[nv], nv * lanes, 4
 
 
-def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
+def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
     """The schedule of :func:`gemm_template` for an (m x k) @ (k x n) float32 product with
     an ``mr`` x ``nr`` register tile and the reduction unrolled by ``ku``; returns
-    ``(s, [A, B, C])``.
+    ``(s, [A, B, C])``.  ``lanes``: float32 lanes of one SIMD register (default: the
+    host's).
 
     * The loops run panel of B by panel (``j.outer`` outermost, in parallel: the panels are
       split evenly between the threads), and inside it over all tiles of rows.
@@ -306,9 +336,18 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
       (registers after unrolling the rows and vectorizing the columns) and written once.
     * Partial tiles (``m % mr``, ``n % nr``, ``k % ku``) run after the full ones with
       constant-width bodies of their own (see ``tedsl.poly.astgen``).
+    * A column tail that would run as a vector of three (or five, six, seven) registers is
+      avoided: such a width LLVM splits and shuffles through the stack (the 40-column tail
+      of a 64-wide tile at n = 1000 made the whole GEMM 1.5x slower).  The columns are then
+      split into one-register vectors, the part over them unrolled, so the tail runs as
+      two whole registers and one of 8 lanes.  The split is made only then: with it the
+      partial panel runs after the parallel loop, on one thread.
     """
     import tedsl as te
+    from .codegen import target as tg
     from .codegen.llvm_stmt import STACK_LIMIT
+    if lanes is None:
+        lanes = max(4, tg.vector_bits(tg.parse(None)) // 32)
     A = te.placeholder((m, k_), "float32", name="A")
     B = te.placeholder((k_, n), "float32", name="B")
     k = te.reduce_axis((0, k_), name="k")
@@ -328,11 +367,16 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True):
     s[CC].unroll(ki)
     if unroll_rows:
         s[CC].unroll(ic)
-    s[CC].vectorize(jc)
-    s[C].vectorize(ji)
-    s[C].parallel(jo)
     x, _, z = s[Bp].op.axis
-    s[Bp].vectorize(z)
+    regs = -(-(n % nr) // lanes)            # registers of the column tail
+    split = nr > 2 * lanes and regs > 2 and regs & (regs - 1)
+    for stage, v, unroll in ((s[CC], jc, True), (s[C], ji, False), (s[Bp], z, False)):
+        if split:
+            vo, v = stage.split(v, factor=lanes)
+            if unroll:
+                stage.unroll(vo)
+        stage.vectorize(v)
+    s[C].parallel(jo)
     if k_ * nr * 4 > STACK_LIMIT:
         s[Bp].compute_at(s[C], jo)
     else:

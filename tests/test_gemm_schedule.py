@@ -14,16 +14,17 @@ AVX512 = tg.vector_bits(tg.parse("llvm")) >= 512
 
 
 def test_tile_follows_the_detected_registers():
-    mr, nr, ku = gemm_tile()
+    mr, nr, ku = gemm_tile(n=64)        # A fits in L2: two registers of columns
     lanes = max(4, tg.vector_bits(tg.parse("llvm")) // 32)
     assert nr == 2 * lanes and ku == 4
     # accumulators + two B vectors + one broadcast fit the register file
     assert 2 * mr + 3 <= tg.vector_registers(tg.parse("llvm")) < 2 * (mr + 1) + 3
     if AVX512:
         assert (mr, nr) == (14, 32)
+        assert gemm_tile()[:2] == (6, 64)          # a large product: four registers of columns
         assert gemm_tile("llvm -mattr=-avx512f")[:2] == (6, 16)
     assert gemm_tile("llvm -mcpu=haswell")[:2] == (6, 16)
-    assert gemm_tile("llvm -mcpu=skylake-avx512")[:2] == (14, 32)
+    assert gemm_tile("llvm -mcpu=skylake-avx512", n=64)[:2] == (14, 32)
 
 
 @pytest.mark.parametrize("shape", [(45, 70, 33), (14, 32, 8), (1, 1, 1), (64, 31, 17)])

@@ -312,10 +312,12 @@ print("\nstep 8 decisions:", FINAL)
 # Three changes make the last step the schedule of ``benchmarks/gemm.py``
 # (``tedsl.cli.gemm_schedule``; printed below):
 #
-# * the register tile comes from the CPU: ``gemm_tile()`` reads the SIMD width and the number
-#   of vector registers (32 with AVX-512, 16 with AVX2) and takes two registers of columns and
-#   as many rows as the accumulators, two ``B`` vectors and one broadcast leave room for:
-#   14 × 32 on AVX-512 (28 accumulators), 6 × 16 on AVX2;
+# * the register tile comes from the CPU: ``gemm_tile(n=N)`` reads the SIMD width and the
+#   number of vector registers (32 with AVX-512, 16 with AVX2) and takes two registers of
+#   columns and as many rows as the accumulators, two ``B`` vectors and one broadcast leave
+#   room for: 14 × 32 on AVX-512 (28 accumulators), 6 × 16 on AVX2.  When ``A`` does not fit
+#   in the L2 cache (n = 1000 and up) AVX-512 gets 6 × 64 instead: four ``B`` vectors, 24
+#   FMAs per 10 loads, and panels twice as wide, so ``A`` is read half as often;
 # * the order: ``j.outer`` (the panels of ``B``) is the outermost loop, in parallel, and all
 #   row tiles run inside it.  One panel (``k × 32`` floats, 128 KiB for n = 1024) stays in
 #   the L2 cache while the rows of ``A`` stream past it; with rows of tiles outermost, every
@@ -327,7 +329,7 @@ print("\nstep 8 decisions:", FINAL)
 #   is packed first as in step 8.
 from tedsl.cli import gemm_schedule, gemm_tile  # noqa: E402
 
-MR, NR, KU = gemm_tile()
+MR, NR, KU = gemm_tile(n=N)
 print(f"\n### 9 panel order: gemm_schedule(n, n, n, {MR}, {NR}, {KU}) "
       f"(tile {MR} × {NR} detected for this CPU)")
 build_and_time("9 panel order", *gemm_schedule(N, N, N, MR, NR, KU))
