@@ -87,12 +87,44 @@ def pack_operand(s, stage, tensor, var, width):
     return packed
 
 
+def const_factor(body):
+    """``(c, rest)`` when ``body`` is a plain sum whose term is a product with constant
+    factors ``c`` (``sum_k 1.5 * A[i, k] * B[k, j]``: ``rest`` is ``A[i, k] * B[k, j]``), else
+    None."""
+    if not isinstance(body, E.Reduce) or getattr(body.combiner, "name", None) != "sum" or \
+            body.where is not None or len(body.source) != 1 or \
+            not (body.dtype.startswith("float") or body.dtype == "bfloat16"):
+        return None
+    consts = []
+
+    def strip(e):
+        if type(e) is E.Const:
+            consts.append(e)
+            return None
+        if type(e) is E.Binary and e.op == "mul" and e.dtype == body.dtype:
+            a, b = strip(e.a), strip(e.b)
+            if a is None or b is None:
+                return a if b is None else b
+            return e if a is e.a and b is e.b else E.binary("mul", a, b)
+        return e
+    rest = strip(body.source[0])
+    if not consts or rest is None:
+        return None
+    c = consts[0]
+    for x in consts[1:]:
+        c = E.binary("mul", c, x)
+    return c, rest
+
+
 @schedule_rewrite
-def cache_write_as(s, tensor, order):
+def cache_write_as(s, tensor, order, scale_out=False):
     """``cache_write(tensor, "local")`` whose buffer lays its axes out in ``order`` (indices of
     ``tensor``'s axes, outermost first), e.g. the output channels of an NCHW convolution last
     when they are the vector axis of its register tile: the accumulators are then contiguous
-    vectors, and only the copy-out (once per output element) reads across them.  ``tensor``'s
+    vectors, and only the copy-out (once per output element) reads across them.  With
+    ``scale_out`` a sum of a product with constant factors (``const_factor``) accumulates the
+    product without them and the copy-out multiplies once per output element (one FMA per
+    term in the register tile instead of a multiply, a broadcast and an FMA).  ``tensor``'s
     stage must be unscheduled; returns the local tensor."""
     from ..ir.functor import substitute
     st = s[tensor]
@@ -105,6 +137,9 @@ def cache_write_as(s, tensor, order):
              for a in op.axis]
     sub = {a.var: f.var for a, f in zip(op.axis, fresh)}
     body = op.body[0]
+    scale = const_factor(body) if scale_out else None
+    if scale is not None:
+        body = E.Reduce(body.combiner, [scale[1]], list(body.axis), None, 0)
     if isinstance(body, E.Reduce):
         if any((set(_free(r.begin)) | set(_free(r.end))) & set(sub) for r in body.axis):
             raise ScheduleError(f"cache_write_as({tensor.name}): reduction bounds depend on "
@@ -120,7 +155,10 @@ def cache_write_as(s, tensor, order):
     cst = Stage(cop, s)
     cst.scope = "local"
     _insert_stage(s, cst, st)
-    copy = _same_axes_op(op, [E.TensorLoad(cop.outputs[0], [op.axis[n].var for n in order])])
+    val = E.TensorLoad(cop.outputs[0], [op.axis[n].var for n in order])
+    if scale is not None:
+        val = E.binary("mul", scale[0], val)
+    copy = _same_axes_op(op, [val])
     _reset_stage(st, copy)
     return cop.outputs[0]
 

@@ -20,7 +20,10 @@
    the contiguous last axis, vectorized) accumulated via ``cache_write`` (or inside its
    elementwise consumer, fused: bias, activation; not one that reads it mirrored, as a
    symmetric matrix's lower half ``upper[j, i]``, which would recompute the mirrored tiles),
-   the innermost reduction loop split and unrolled, the reused operand packed into panels when its stride along the columns hurts,
+   the innermost reduction loop split and unrolled, the reused operand packed into panels
+   when its stride along the columns hurts (each panel by the thread that uses it, inside
+   the parallel loop; the operand of the rows is read in place, its packing a knob,
+   ``<stage>.pack_rows``),
    and the tile loops in the order the footprint model prefers, one of them parallel.  When
    the last axis is short and no whole number of vectors (a convolution's output rows) the
    columns run along another axis of whole vectors that the reused operand indexes plainly
@@ -44,17 +47,19 @@ Every choice is a knob (``Knobs``): its first value is the model's; ``sketch_spa
 the alternatives, all of which give legal schedules.
 """
 from ..errors import ScheduleError
+from ..ir import dtype as dt
 from ..te.tensor import ComputeOp, ScanOp
 from . import model
 from .graph import const_int, has_call, loads_of, numel, same_dim
-from .pack import cache_write_as, pack_dim, pack_operand
+from .pack import cache_write_as, const_factor, pack_dim, pack_operand
 from .triangle import box_host, box_tiles, fusable_host, plain_loads, where_constraints
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
+SWEEP_BYTES = 4096         # a column sweep's row of accumulators (L1)
 VECTOR_CHAINS = 4          # independent vector accumulators of a row statistic (4-cycle latency)
 KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_cols",
          "unroll_k", "pack", "pack_rows", "order", "fuse_consumer",
-         "box")     # every knob of a stage
+         "box", "scale_out")     # every knob of a stage
 
 
 class Knobs:
@@ -433,17 +438,19 @@ class Sketch:
         """Rows in parallel blocks, each row reduced in vector lanes (``vector_rfactor``)."""
         s = self.s
         self.done.add(id(op))
-        rf, = self.vector_rfactor(op)
+        rfs = self.vector_rfactor(op, VECTOR_CHAINS)
         st = s[op]
         loops = fuse_outer(st, list(op.axis))
         row = loops[-1]
         e = ext(st, row)
         if e is not None and e <= 16:
-            s[rf].compute_at(st, row)
+            for rf in rfs:
+                s[rf].compute_at(st, row)
             maybe_parallel(st, loops[0], None)
             return
         ro, ri = st.split(row, factor=16)
-        s[rf].compute_at(st, ri)
+        for rf in rfs:
+            s[rf].compute_at(st, ri)
         maybe_parallel(st, loops[0] if len(loops) > 1 else ro, None)
 
     # 3 -----------------------------------------------------------------------------------------
@@ -499,7 +506,12 @@ class Sketch:
         pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
         if row is None:
             mr0 = 1
+        sweep = self.column_sweep(op, row, col, lanes) if not sym and rect and tri is None \
+            else None
         cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes, lanes // 2]
+        if sweep is not None:
+            nr0 = sweep
+            cols.insert(0, sweep)
         if col is not op.axis[-1]:      # whole panels only (a partial one runs guarded)
             cols = [c for c in cols if ext_of(col) % c == 0]
         nr = self.k(f"{lab}.tile_cols", nr0, [c for c in cols if c >= 1])
@@ -514,7 +526,10 @@ class Sketch:
         if pack_t is not None:
             pack = self.k(f"{lab}.pack", True, [False])
         rows_t = self.row_pack_candidate(op, row, col, mr0, nr0) if pack_t is not None else None
-        pack_rows = self.k(f"{lab}.pack_rows", True, [False]) if rows_t is not None else False
+        # (off by default: packing the rows is a pass of its own over the operand, before
+        # the parallel loop, and was not faster on one thread: GEMM 1024 146 / 148 GFLOP/s,
+        # dense 128x1024 -> 4096 9.1 / 8.9 ms, packed / not, CPU time)
+        pack_rows = self.k(f"{lab}.pack_rows", False, [True]) if rows_t is not None else False
         order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
                        ["ij", "ji"]) if row is not None else "ij"
         moved = col is not op.axis[-1]
@@ -531,7 +546,7 @@ class Sketch:
         if moved:
             # accumulators laid out with the vector axis last (contiguous vectors)
             layout = [n for n in range(len(op.axis)) if n != pos[col]] + [pos[col]]
-            cc = cache_write_as(s, op.output(0), layout)
+            cc = cache_write_as(s, op.output(0), layout, True)
             T, cs = s[op], s[cc]
             cop_axes = [cc.op.axis[layout.index(n)] for n in range(len(op.axis))]
             if host is not op:      # the copy-out inlined into the fused consumer
@@ -539,7 +554,12 @@ class Sketch:
                 T = s[host]
                 self.done.add(id(host))
         elif host is op:
-            cc = s.cache_write(op.output(0), "local")
+            if not box and const_factor(op.body[0]) is not None and \
+                    self.k(f"{lab}.scale_out", True, [False]):
+                # the constant factor of the terms applied once, in the copy-out
+                cc = cache_write_as(s, op.output(0), list(range(len(op.axis))), True)
+            else:
+                cc = s.cache_write(op.output(0), "local")
             T, cs, cop_axes = s[op], s[cc], list(cc.op.axis)
             if box:     # whole tiles over the triangle's bounding box (triangle.py)
                 box_tiles(s, T, cc, None if row is None or mr <= 1 else pos[row], pos[col],
@@ -588,8 +608,36 @@ class Sketch:
                 unrolled.append(cinner[0])
         for r in unrolled:
             try_(cs.unroll, r)
-        try_(cs.vectorize, cinner[-1])
-        try_(T.vectorize, hinner[-1])
+        if nr > 4 * lanes:      # a row of accumulators in L1: its vectors in a loop
+            cb, cv = split_vector(cs, cinner[-1], lanes)
+            if ku > 1 and cb is not None:   # each vector updated by ku rows in a register
+                cs.reorder(*couter, *red[:-1], cb, red[-1], cv)
+            split_vector(T, hinner[-1], lanes)
+        else:
+            try_(cs.vectorize, cinner[-1])
+            try_(T.vectorize, hinner[-1])
+
+    def column_sweep(self, op, row, col, lanes):
+        """Columns per tile of a reduction without row reuse that walks down the columns of
+        a matrix (``y[j] = sum_i A[i, j] x[i]``), or None.  A register tile of a few vectors
+        would read a few cache lines from each row, every row a page apart (a TLB miss per
+        row); a row of accumulators of up to ``SWEEP_BYTES`` in L1 reads each row of ``A``
+        in long contiguous runs, in as many blocks as threads times a whole number."""
+        if row is not None or col is not op.axis[-1]:
+            return None
+        e = ext_of(col)
+        if e is None or e < 8 * lanes:
+            return None
+        red = {r.var for r in op.reduce_axis}
+        if not any(ld.forms[-1] is not None and ld.forms[-1].get(col.var, 0) == 1 and
+                   any(f is not None and red & set(f) for f in ld.forms[:-1])
+                   for ld in self.g.loads(op)):
+            return None
+        most = max(lanes, SWEEP_BYTES * 8 // max(8, dt.bits(op.output(0).dtype)))
+        t = max(1, self.m.threads)
+        blocks = t * -(-e // (most * t))
+        nr = -(-e // blocks)
+        return -(-nr // lanes) * lanes
 
     def cyclic(self, T, outer):
         """Split the outermost tile loop by the thread count and run the inner part, moved
