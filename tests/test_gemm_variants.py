@@ -90,3 +90,17 @@ def test_wide_tile_accumulators_stay_in_registers(n):
     if n == 104:       # the 40-column tail's loop: 6 x 3 registers per step of k, no spill
         tail = [b for b in blocks if b.count("vfmadd") == 6 * 3 * 4]
         assert tail and not any(SPILL.search(b) for b in tail), asm
+
+
+def test_heap_buffers_are_cache_line_aligned(rng, monkeypatch):
+    # the packed panels of B (heap buffers) start on a 64-byte line and span whole lines
+    monkeypatch.setattr("tedsl.codegen.llvm_stmt.STACK_LIMIT", 0)
+    s, args = gemm_schedule(9, 21, 13, 3, 8, 2, lanes=16)
+    mod = te.build(s, args)
+    ll = mod.get_source("ll")
+    sizes = {int(n) for n in re.findall(r"@aligned_alloc\(i64 64, i64 (\d+)\)", ll)}
+    assert 448 in sizes and all(n % 64 == 0 for n in sizes), ll    # panel: 13 x 8 floats, 416 B
+    assert "@malloc" not in ll, ll
+    a, b = rand(rng, (9, 13)), rand(rng, (13, 21))
+    check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
+                 mod=mod)
