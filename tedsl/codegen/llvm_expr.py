@@ -37,6 +37,39 @@ def cached_const(key, make):
     return c
 
 
+class _Literal(ir.Constant):
+    """A vector constant written as one LLVM literal (``poison``, ``zeroinitializer``) where
+    llvmlite writes every lane: a broadcast's base vector and zero mask were two thirds of the
+    IR text of a register-tile kernel (text LLVM then parsed)."""
+
+    def __init__(self, typ, lanes, text):
+        super().__init__(typ, lanes)
+        self._text = text
+
+    def _get_reference(self):
+        return self._text
+
+
+def _fold(op, a, c):
+    """``a op c`` on scalar integers without an instruction where one operand is a constant
+    that makes it trivial (``x + 0``, ``x * 1``) or both are small constants (the index
+    arithmetic of unrolled code: a thousand ``add i64 0, 0`` in a register-tile kernel);
+    None otherwise."""
+    if not isinstance(a.type, ir.IntType) or a.type != c.type or a.type.width < 8:
+        return None
+    ka = a.constant if type(a) is ir.Constant and type(a.constant) is int else None
+    kc = c.constant if type(c) is ir.Constant and type(c.constant) is int else None
+    if ka is not None and kc is not None:
+        r = ka + kc if op == "add" else ka - kc if op == "sub" else ka * kc
+        half = 1 << (a.type.width - 1)
+        return ir.Constant(a.type, r) if -half <= r < half else None
+    if kc == 0 and op in ("add", "sub") or kc == 1 and op == "mul":
+        return a
+    if ka == 0 and op == "add" or ka == 1 and op == "mul":
+        return c
+    return None
+
+
 def scalar_type(dtype):
     return _SCALAR[dtype]
 
@@ -80,8 +113,8 @@ class ExprEmitter:
         if lanes == 1 or is_vec(v):
             return v
         undef, zero, zeros = cached_const(("bc", str(v.type), lanes), lambda: (
-            ir.Constant(ir.VectorType(v.type, lanes), ir.Undefined), ir.Constant(I32, 0),
-            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)))
+            _Literal(ir.VectorType(v.type, lanes), None, "poison"), ir.Constant(I32, 0),
+            _Literal(ir.VectorType(I32, lanes), [0] * lanes, "zeroinitializer")))
         x = self.b.insert_element(undef, v, zero)
         return self.b.shuffle_vector(x, undef, zeros)
 
@@ -251,6 +284,10 @@ class ExprEmitter:
                 raise InternalError(f"float operation {op}")
             return self.round_bf16(out) if dtype == "bfloat16" else out
         unsigned = dt.is_uint(dtype) or dtype == "bool"
+        if op in ("add", "sub", "mul") and (type(a) is ir.Constant or type(c) is ir.Constant):
+            folded = _fold(op, a, c)
+            if folded is not None:
+                return folded
         if dtype == "bool":      # numpy: + is logical or, * is logical and
             if op in ("add", "max", "bitor"):
                 return b.or_(a, c)
