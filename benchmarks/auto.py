@@ -12,7 +12,8 @@ Columns: ``auto`` the zero-search schedule, ``search`` the schedule found by
 the peers, and ``vs best peer`` = best peer time / auto time (above 1: tedsl is faster).
 
 Run: ``python benchmarks/auto.py [--quick] [--search] [case ...]``; writes the ``auto`` section
-of RESULTS.md.
+of RESULTS.md.  ``--rules [case ...]`` times the rules of softmax, GEMM 1024, 2mm, atax and
+bicg against the same graphs scheduled without them (section ``auto_rules``).
 """
 import argparse
 import os
@@ -252,6 +253,126 @@ def run_case(name, rounds, threads, torch, with_search):
     return case, t_sched, times, list(contenders)
 
 
+# -- the rules before and after (``--rules``) ------------------------------------------------
+
+def _with_chains(chains, fn):
+    """``fn()`` with the rows rule's vector chains set to ``chains`` (1: the rule before)."""
+    from tedsl.auto import rules
+    old = rules.VECTOR_CHAINS
+    rules.VECTOR_CHAINS = chains
+    try:
+        return fn()
+    finally:
+        rules.VECTOR_CHAINS = old
+
+
+def _second_cols(outs, stage):
+    """The register tile's columns the model chose before the column sweep (its second
+    candidate)."""
+    from tedsl.auto import sketch_space
+    return sketch_space(outs)[f"{stage}.tile_cols"][1]
+
+
+def _rule_cases():
+    """``name -> (label, make)``; ``make()`` returns ``(outs, args, inputs, out arrays, peer
+    name, peer fn, before schedule, after schedule)``."""
+    import polybench
+    import polybench_kernels as pk
+
+    def rows():
+        c = _rows("softmax")
+        torch = _torch()
+        tx = torch.from_numpy(c["inputs"][0]) if torch is not None else None
+        peer = ("torch", lambda: torch.softmax(tx, -1)) if torch is not None else \
+            ("numpy", c["peers"](None)["numpy"])
+        before = _with_chains(1, lambda: te.auto_schedule(c["outs"]))
+        return c["args"], c["inputs"], [c["out"]], peer, before, te.auto_schedule(c["outs"])
+
+    def gemm():
+        c = _gemm(1024)
+        return (c["args"], c["inputs"], [c["out"]], ("numpy", c["peers"](None)["numpy"]),
+                te.auto_schedule(c["outs"], params={"C.pack_rows": True}),
+                te.auto_schedule(c["outs"]))
+
+    def poly(name, params):
+        def make():
+            case = pk.KERNELS[name](*polybench.SIZES[name], np.random.default_rng(0))
+            outs = [np.empty(sh, np.float32) for sh in case.out_shapes]
+            np_outs = [np.empty(sh, np.float32) for sh in case.out_shapes]
+            before = _with_chains(1, lambda: te.auto_schedule(case.outs,
+                                                              params=params(case.outs)))
+            return (case.args, case.inputs, outs,
+                    ("numpy", case.numpy_runner(np_outs)), before, te.auto_schedule(case.outs))
+        return make
+    return {
+        "softmax": ("softmax 4096×1024: 4 vector chains per row statistic", rows),
+        "gemm1024": ("GEMM 1024: A read in place (rows not packed at the root)", gemm),
+        "2mm": ("2mm 800⁴: alpha applied in the copy-out",
+                poly("2mm", lambda outs: {"tmp.scale_out": False})),
+        "atax": ("atax 4000²: column sweep + 4 chains",
+                 poly("atax", lambda outs: {"y.tile_cols": _second_cols(outs, "y")})),
+        "bicg": ("bicg 4000²: column sweep + 4 chains",
+                 poly("bicg", lambda outs: {"s.tile_cols": _second_cols(outs, "s")})),
+    }
+
+
+def _cpu_times(conts, rounds, calls=3):
+    """1 thread, the fastest call by the calling thread's CPU time (every contender computes
+    in it at 1 thread): leaves out the time other processes hold the core."""
+    for set_threads, _ in conts.values():
+        set_threads(1)
+    best = {}
+    for _ in range(rounds):
+        for who, (_, fn) in conts.items():
+            for _ in range(calls):
+                t = time.thread_time()
+                fn()
+                best[who] = min(best.get(who, float("inf")), time.thread_time() - t)
+    return best
+
+
+def rules_main(names, rounds, write):
+    """Each rule's schedule against the same graph without it, and the peer, interleaved."""
+    cases = _rule_cases()
+    names = [n for n in names if n in cases] or list(cases)
+    print(machine_description())
+    setter = blas_threads()
+    torch = _torch()
+    header = ["case", "threads", "before", "after", "peer", "after / before",
+              "before vs peer", "after vs peer"]
+    rows = []
+    for name in names:
+        label, make = cases[name]
+        args, inputs, outs, (peer, peer_fn), before, after = make()
+        conts = {}
+        for who, sched in (("before", before), ("after", after)):
+            mod = te.build(sched, args, name=name.replace("2mm", "k2mm"))
+            conts[who] = (mod.set_num_threads, lambda mod=mod: mod(*inputs, *outs))
+        conts[peer] = ((torch.set_num_threads if peer == "torch" else setter), peer_fn)
+        times = interleaved(conts, rounds, (1, 2))
+        cpu = _cpu_times(conts, rounds)
+        for nt in (1, 2, "1 (CPU time)"):
+            t = cpu if nt == "1 (CPU time)" else {k: v for (k, n), v in times.items() if n == nt}
+            b, a, p = t["before"], t["after"], t[peer]
+            row = [label, str(nt), f"{b * 1e3:.2f} ms", f"{a * 1e3:.2f} ms",
+                   f"{peer} {p * 1e3:.2f} ms", f"{b / a:.2f}", f"{p / b:.2f}", f"{p / a:.2f}"]
+            rows.append(row)
+            print(" | ".join(row), flush=True)
+    table = markdown_table(header, rows)
+    note = ("Each zero-search rule against the same graph scheduled without it (`before`: the "
+            "knob or constant that turns it off), with the peer, interleaved in one run "
+            f"(medians of {rounds} rounds, 1 and 2 threads; `1 (CPU time)`: the fastest call by "
+            "the calling thread's CPU time, steadier on a loaded machine); ratios above 1: "
+            "faster." +
+            load_note())
+    if write:
+        write_results("auto_rules", "## Auto-scheduling rules, before and after\n\n" + table +
+                      "\n\n" + note)
+    print(table)
+    print(note)
+    return 0
+
+
 def tedsl_contender_mod(fn):
     """Thread setter of a peer that is a tedsl module wrapped in a lambda (the hand GEMM)."""
     mod = next((c.cell_contents for c in (fn.__closure__ or ())
@@ -276,9 +397,14 @@ def main(argv=None):
     p.add_argument("--search", action="store_true",
                    help=f"also search {SEARCH_SECONDS} s per case with tedsl.tune.auto")
     p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
+    p.add_argument("--rules", action="store_true",
+                   help="time the rules of softmax, GEMM, 2mm, atax and bicg against the same "
+                        "graphs without them (writes the auto_rules section)")
     opts = p.parse_args(argv)
-    names = opts.cases or list(CASES)
     rounds = 3 if opts.quick else 7
+    if opts.rules:
+        return rules_main(opts.cases, rounds, not opts.no_write)
+    names = opts.cases or list(CASES)
     threads = (1, 2)
     torch = _torch()
     print(machine_description())

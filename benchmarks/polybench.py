@@ -69,7 +69,12 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   columns): each reduction streams the matrix on its own (twice the memory traffic of one
   pass); missing: a rule that fuses reductions sharing a large operand into one pass over
   it, the column reduction privatized per thread (rfactor over row blocks).  The column
-  reduction itself is scheduled well (vectorized across columns, rows outer).
+  reduction sweeps each row in runs of up to 4 KB with a row of accumulators in L1, 4 rows
+  per step (a register tile of 32 columns read two cache lines per row, every row a page
+  apart); the row reduction keeps 4 vector chains.
+- **2mm** (`tmp = alpha * A B`): the constant factor is applied once per element in the
+  register tile's copy-out, not to every term (a multiply and a broadcast per row and step
+  beside the FMAs made the product 0.73x numpy against a plain GEMM at parity).
 """
 
 
