@@ -86,6 +86,26 @@ def test_scaled_product_symbolic_sizes_match_numpy(rng):
         np.testing.assert_allclose(t, 1.25 * (a.astype(np.float64) @ b), rtol=2e-5)
 
 
+def test_scaled_convolution_factor_in_the_copy_out(rng):
+    # the accumulators laid out with the output channels last (cache_write_as) take it too
+    C, H, F = 16, 7, 32
+    X = te.placeholder((1, C, H + 2, H + 2), name="X")
+    W = te.placeholder((F, C, 3, 3), name="W")
+    c, ry, rx = (te.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (3, "ry"), (3, "rx")))
+    Y = te.compute((1, F, H, H), lambda n, f, y, x: te.sum(
+        0.5 * X[n, c, y + ry, x + rx] * W[f, c, ry, rx], axis=[c, ry, rx]), name="Y")
+    s = te.auto_schedule([Y])
+    scaled = [ln for ln in lowered(s, [X, W, Y]).splitlines() if "0.5f" in ln]
+    assert len(scaled) >= 1 and all("= 0.5f * Y.local[" in ln for ln in scaled), scaled
+    f = te.build(s, [X, W, Y])
+    x = rng.uniform(-1, 1, (1, C, H + 2, H + 2)).astype(np.float32)
+    w = rng.uniform(-1, 1, (F, C, 3, 3)).astype(np.float32)
+    y, = run(f, [x, w], [(1, F, H, H)])
+    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
+    ref = 0.5 * np.einsum("ncyxab,fcab->nfyx", win, w.astype(np.float64))
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
 # -- atax / bicg -----------------------------------------------------------------------------
 
 def test_column_reduction_sweeps_rows_with_a_row_of_accumulators():
