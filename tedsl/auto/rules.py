@@ -11,7 +11,8 @@
    filter) (knob ``<stage>.inline`` flips each).
 2. ``rows``: an injective output whose row statistics are reductions over its trailing axis
    (softmax, layer_norm) computes them, and the expensive stages between, inside its parallel
-   row loop; a statistic over a contiguous axis is vectorized by ``rfactor`` over the lanes.
+   row loop; a statistic over a contiguous axis is vectorized by ``rfactor`` over the lanes,
+   in ``VECTOR_CHAINS`` independent vector accumulators when the row is long enough.
    Statistics that a stage outside the row loop reads too (the row mean and variance that
    layer_norm's dgamma reads) stay at the root, computed first; the others (dX's row sums)
    still run inside the row loop.
@@ -23,7 +24,10 @@
    the innermost reduction loop split and unrolled, the reused operand packed into panels
    when its stride along the columns hurts (each panel by the thread that uses it, inside
    the parallel loop; the operand of the rows is read in place, its packing a knob,
-   ``<stage>.pack_rows``),
+   ``<stage>.pack_rows``), a constant factor of the summed terms applied once in the
+   copy-out (``alpha * A[i, k] * B[k, j]``, knob ``<stage>.scale_out``); a reduction with no
+   row reuse that walks down a matrix's columns (``y[j] = sum_i A[i, j] x[i]``) sweeps the
+   rows in runs of up to ``SWEEP_BYTES`` with a row of accumulators in L1 (``column_sweep``),
    and the tile loops in the order the footprint model prefers, one of them parallel.  When
    the last axis is short and no whole number of vectors (a convolution's output rows) the
    columns run along another axis of whole vectors that the reused operand indexes plainly
