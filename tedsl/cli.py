@@ -159,8 +159,9 @@ def demo(small=False):
     rows.append((f"exp(A)*B+1 n={n_ew}", build_ew, t_te, t_np, f"{gbs / t_te:.1f} GB/s"))
 
     # -- report ---------------------------------------------------------------------------
-    print("Lowered loops of the matmul (A and B packed into panels, a register tile in a local "
-          "cache sized for this CPU, k unrolled by 4, panels of B in parallel):\n")
+    print("Lowered loops of the matmul (B packed into panels, A read in place, a register tile "
+          "in a local cache sized for this CPU and shape, k unrolled by 4, panels of B in "
+          "parallel):\n")
     print(lowered)
     print()
     print(_table(rows))
