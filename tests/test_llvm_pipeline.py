@@ -93,6 +93,9 @@ def test_ir_text_is_compact(rng):
     assert re.search(r"shufflevector <\d+ x float> %\S+, <\d+ x float> poison, "
                      r"<\d+ x i32> zeroinitializer", raw)
     assert " undef," not in raw
+    # constant splats and ramps are constant vectors, not instructions
+    assert not re.search(r"insertelement <\d+ x \w+> poison, \w+ +(?:-?\d|0x)", raw)
+    assert not re.search(r"mul <\d+ x i64> <i64 0, i64 1,", raw)
     assert not re.search(r"= (?:add|sub|mul) i64 -?\d+, -?\d+$", raw, re.M)
     assert not re.search(r"= (?:add|sub) i64 %\S+, 0$|= mul i64 %\S+, 1$", raw, re.M)
     a, b = rand(rng, (m, k)), rand(rng, (k, n))

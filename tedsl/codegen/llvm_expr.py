@@ -50,6 +50,14 @@ class _Literal(ir.Constant):
         return self._text
 
 
+def _splat(v, lanes):
+    """Scalar constant ``v`` in every one of ``lanes`` lanes (``zeroinitializer`` for zero)."""
+    t = ir.VectorType(v.type, lanes)
+    if v.get_reference().strip() in ("0", "0x0"):
+        return _Literal(t, [v.constant] * lanes, "zeroinitializer")
+    return ir.Constant(t, [v.constant] * lanes)
+
+
 def _fold(op, a, c):
     """``a op c`` on scalar integers without an instruction where one operand is a constant
     that makes it trivial (``x + 0``, ``x * 1``) or both are small constants (the index
@@ -112,6 +120,8 @@ class ExprEmitter:
         lanes = self.lanes if lanes is None else lanes
         if lanes == 1 or is_vec(v):
             return v
+        if type(v) is ir.Constant and type(v.constant) in (int, float):     # a constant splat
+            return cached_const(("splat", str(v), lanes), lambda: _splat(v, lanes))
         undef, zero, zeros = cached_const(("bc", str(v.type), lanes), lambda: (
             _Literal(ir.VectorType(v.type, lanes), None, "poison"), ir.Constant(I32, 0),
             _Literal(ir.VectorType(I32, lanes), [0] * lanes, "zeroinitializer")))
@@ -157,8 +167,20 @@ class ExprEmitter:
         return v
 
     def _e_Ramp(self, e):
-        base = self.bc(self.expr(e.base), e.lanes)
-        stride = self.expr(e.stride)
+        base, stride = self.expr(e.base), self.expr(e.stride)
+        if type(stride) is ir.Constant and type(stride.constant) is int and not is_vec(base) \
+                and abs(stride.constant) * e.lanes < 1 << (base.type.width - 2):
+            # the lanes' offsets a constant vector, the whole ramp one when the base is too
+            k, t = stride.constant, ir.VectorType(base.type, e.lanes)
+            steps = cached_const(("steps", str(t), k), lambda: ir.Constant(
+                t, [i * k for i in range(e.lanes)]))
+            if type(base) is not ir.Constant or type(base.constant) is not int:
+                return self.b.add(self.bc(base, e.lanes), steps)
+            lo, hi = sorted((base.constant, base.constant + (e.lanes - 1) * k))
+            if -(1 << (t.element.width - 1)) <= lo and hi < 1 << (t.element.width - 1):
+                return cached_const(("ramp", str(t), base.constant, k), lambda: ir.Constant(
+                    t, [base.constant + i * k for i in range(e.lanes)]))
+        base = self.bc(base, e.lanes)
         steps = cached_const(("steps", str(base.type.element), e.lanes), lambda: ir.Constant(
             ir.VectorType(base.type.element, e.lanes), list(range(e.lanes))))
         return self.b.add(base, self.b.mul(steps, self.bc(stride, e.lanes)))
