@@ -98,5 +98,10 @@ def test_ir_text_is_compact(rng):
     assert not re.search(r"mul <\d+ x i64> <i64 0, i64 1,", raw)
     assert not re.search(r"= (?:add|sub|mul) i64 -?\d+, -?\d+$", raw, re.M)
     assert not re.search(r"= (?:add|sub) i64 %\S+, 0$|= mul i64 %\S+, 1$", raw, re.M)
+    # an integer term is computed once per basic block (unrolled copies share it)
+    loops = "".join(f for f in raw.split("\ndefine ") if f.startswith(("internal", "void")))
+    for block in re.split(r"^\S+:$", loops, flags=re.M):
+        terms = re.findall(r"= ((?:add|sub|mul) i64 .*)$", block, re.M)
+        assert len(terms) == len(set(terms)), block
     a, b = rand(rng, (m, k)), rand(rng, (k, n))
     check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)

@@ -306,10 +306,12 @@ class ExprEmitter:
                 raise InternalError(f"float operation {op}")
             return self.round_bf16(out) if dtype == "bfloat16" else out
         unsigned = dt.is_uint(dtype) or dtype == "bool"
-        if op in ("add", "sub", "mul") and (type(a) is ir.Constant or type(c) is ir.Constant):
-            folded = _fold(op, a, c)
-            if folded is not None:
-                return folded
+        if op in ("add", "sub", "mul") and dtype != "bool":
+            if type(a) is ir.Constant or type(c) is ir.Constant:
+                folded = _fold(op, a, c)
+                if folded is not None:
+                    return folded
+            return self._int_cse(op, a, c)
         if dtype == "bool":      # numpy: + is logical or, * is logical and
             if op in ("add", "max", "bitor"):
                 return b.or_(a, c)
@@ -347,6 +349,23 @@ class ExprEmitter:
         if op in ("floordiv", "floormod", "truncdiv", "truncmod", "div"):
             return self.int_div(op, a, c, unsigned, const_b)
         raise InternalError(f"integer operation {op}")
+
+    def _int_cse(self, op, a, c):
+        """``a op c`` (integer add, sub or mul), the value computed before in this basic
+        block when there is one: unrolled code recomputes the same index terms in every copy
+        (``k.outer * 512`` per FMA of a register tile), text LLVM would parse to remove."""
+        block = self.b.block
+        memo = getattr(self, "_cse_memo", None)
+        if memo is None or memo[0] is not block:
+            memo = self._cse_memo = (block, {})
+        key = (op, id(a), id(c))
+        hit = memo[1].get(key)
+        if hit is not None:
+            return hit[2]
+        out = self.b.add(a, c) if op == "add" else self.b.sub(a, c) if op == "sub" \
+            else self.b.mul(a, c)
+        memo[1][key] = (a, c, out)      # a and c kept: their ids stay theirs
+        return out
 
     def int_div(self, op, a, c, unsigned, const_b):
         b = self.b
