@@ -60,10 +60,6 @@ def test_syrk_matches_numpy(n, m):
     check_kernel(s, args, [c, a], syrk_ref(c, a), rtol=2e-5, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="poly/astgen.py cuts the partial row or column tile "
-                   "into statements of their own; met in some iterations of the parallel "
-                   "loop over tiles only, isl then separates that loop into serial copies "
-                   "(correct, on one thread)")
 @pytest.mark.parametrize("n, m", [(150, 20), (300, 1000)])     # row tiles / column panels
 def test_tiles_dealt_to_threads_in_turn(n, m):
     """150 x 150: 19 row tiles of 8 and 5 column tiles (the last one partial), row tiles

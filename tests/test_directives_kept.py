@@ -210,3 +210,133 @@ def test_parallel_outer_loop_keeps_its_partial_tile(rng):
     check_kernel(s, [A, B], [a], [a * 2 - 1])
     text = str(te.lower(s, [A, B]))
     assert ("parallel", "0, 2") in _loops(text, "i.outer"), text
+
+
+# -- loops isl's AST generator left out (poly/astgen.py) --------------------------------------
+#
+# A stage computed at a loop of a reader of rows i - 1 and i + 1 has a region of two separate
+# rows, once emitted as two statements (now one loop of step 2); a vectorized loop with loops
+# inside, whose iterations hold a full and a partial tile of an attached stage, was split into
+# copies of one iteration each (now one loop, the choice in its body); a partial tile in only
+# some iterations of a parallel loop: test_auto_triangle.py::test_tiles_dealt_to_threads_in_turn.
+# Checked on 1 and 2 threads.
+
+def check_threads(s, args, inputs, refs, **tol):
+    mod = te.build(s, args)
+    for threads in (1, 2):
+        mod.set_num_threads(threads)
+        check_kernel(s, args, inputs, refs, mod=mod, **tol)
+
+
+def stencil_rows(n):
+    """``T4[i, j] = 3 T3[i - 1, j + 1] + T3[i + 1, j + 1]`` (zero outside) over the
+    triangular sums ``T3[i, j] = sum_{k <= j} A[i, k] B[k, j]``."""
+    A = te.placeholder((13, n), "int32", name="A")
+    B = te.placeholder((n, n), "int32", name="B")
+
+    def t3(i, j):
+        k = te.reduce_axis((0, j + 1), name="k")
+        return te.sum(A[i, k] * B[k, j], axis=k)
+    T3 = te.compute((13, n), t3, name="T3")
+    T4 = te.compute((13, n), lambda i, j: te.if_then_else(
+        te.all(i >= 1, j + 1 < n), T3[i - 1, j + 1], 0) * 3 + te.if_then_else(
+        te.all(i + 1 < 13, j + 1 < n), T3[i + 1, j + 1], 0), name="T4")
+    return A, B, T3, T4
+
+
+def stencil_rows_ref(a, b):
+    a, b = a.astype(np.int64), b.astype(np.int64)
+    t3 = a @ np.triu(b)
+    out = np.zeros_like(t3)
+    out[1:, :-1] += 3 * t3[:-1, 1:]
+    out[:-1, :-1] += t3[1:, 1:]
+    return out
+
+
+def test_parallel_loop_over_two_separate_rows_is_a_strided_loop(rng):
+    n = te.var("n")
+    A, B, T3, T4 = stencil_rows(n)
+    s = te.create_schedule(T4)
+    s[T3].compute_at(s[T4], T4.op.axis[1])
+    s[T3].parallel(T3.op.axis[0])
+    args = [A, B, T4]
+    text = str(te.lower(s, args))
+    nest = loop_nest(text, "T3[T3.i")
+    assert nest[-1][:2] == ("T3.i", "parallel") and nest[-1][2].endswith(", 2"), text
+    assert text.count("in parallel(") == 1, text     # one loop for the init and the sums
+    for size in (1, 2, 12):
+        a, b = rand(rng, (13, size), "int32", -4, 4), rand(rng, (size, size), "int32", -4, 4)
+        check_threads(s, args, [a, b], stencil_rows_ref(a, b))
+
+
+def test_vectorized_region_of_two_rows_under_a_parallel_split(rng):
+    """A 3-element chain: T1 computed per element of T2 (rows i - 1 and i + 1, one of them
+    at the edges), T2's loop split in two with the outer part parallel."""
+    A = te.placeholder((3,), "float32", name="A")
+    T1 = te.compute((3,), lambda i: te.sigmoid(A[i]), name="T1")
+    T2 = te.compute((3,), lambda i: te.if_then_else(i >= 1, T1[i - 1], 0.0) * 3 +
+                    te.if_then_else(i + 1 < 3, T1[i + 1], 0.0), name="T2")
+    s = te.create_schedule(T2)
+    io, ii = s[T2].split(T2.op.axis[0], nparts=2)
+    s[T2].parallel(io)
+    s[T1].compute_at(s[T2], ii)
+    s[T1].vectorize(T1.op.axis[0])
+    args = [A, T2]
+    text = str(te.lower(s, args))
+    assert re.search(r"for i\.outer in parallel\(0, 2\):", text), text
+    nest = loop_nest(text, "T1[i] = ")
+    assert [k for _, k, _ in nest] == ["parallel", "vectorized"], text
+    a = rand(rng, (3,))
+    t1 = 1 / (1 + np.exp(-a.astype(np.float64)))
+    ref = np.array([t1[1], 3 * t1[0] + t1[2], 3 * t1[1]])
+    check_threads(s, args, [a], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_vectorized_loop_over_a_full_and_a_partial_tile_stays_one_loop(rng):
+    """T2's middle axis split 4 + 3, the outer part vectorized with T1 (unrolled over the
+    tile's rows) computed inside it: one loop of two iterations, the full and the partial
+    tile as the two branches of its body."""
+    n = te.var("n")
+    A = te.placeholder((n, n), "int64", name="A")
+    T1 = te.compute((n, 7, n), lambda i, j, l: A[i, l] + j, name="T1")
+    T2 = te.compute((n, 7, n), lambda i, j, l: te.if_then_else(
+        T1[i, j, l] > 0, T1[i, j, l], 0 - T1[i, j, l]), name="T2")
+    s = te.create_schedule(T2)
+    jo, ji = s[T2].split(T2.op.axis[1], factor=4)
+    lo, li = s[T2].split(T2.op.axis[2], factor=7)
+    s[T2].fuse(ji, lo, li)
+    s[T1].unroll(T1.op.axis[1])
+    s[T1].compute_at(s[T2], jo)
+    s[T2].vectorize(jo)
+    args = [A, T2]
+    text = str(te.lower(s, args))
+    assert text.count("for j.outer in vectorized(0, 2):") == 1, text
+    assert "for j in unrolled(0, 4):" in text and "for j in unrolled(0, 3):" in text, text
+    a = rand(rng, (9, 9), "int64", -20, 20)
+    check_threads(s, args, [a], np.abs(a[:, None, :] + np.arange(7)[None, :, None]))
+
+
+def test_parallel_region_of_two_rows_inside_a_vectorized_loop(rng):
+    """A masked sum computed per row of its 3-point stencil reader (rows i - 1 and i + 1),
+    the reader's row loop vectorized and the sum's row loop parallel."""
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, 8, m), "float32", name="A")
+    k = te.reduce_axis((0, n), name="k")
+    T1 = te.compute((8, m), lambda i, j: te.sum(A[k, i, j], axis=k, where=A[k, i, j] > 0.0),
+                    name="T1")
+    T2 = te.compute((8, m), lambda i, j: te.if_then_else(i >= 1, T1[i - 1, j], 0.0) * 3 +
+                    te.if_then_else(i + 1 < 8, T1[i + 1, j], 0.0), name="T2")
+    s = te.create_schedule(T2)
+    s[T1].compute_at(s[T2], T2.op.axis[0])
+    s[T2].vectorize(T2.op.axis[0])
+    s[T1].parallel(T1.op.axis[0])
+    args = [A, T2]
+    text = str(te.lower(s, args))
+    nest = loop_nest(text, "T1[T1.i")
+    assert nest[0][1] == "vectorized" and nest[1][:2] == ("T1.i", "parallel"), text
+    a = rand(rng, (3, 8, 5)) * rng.choice([-1.0, 1.0], (3, 8, 5)).astype(np.float32)
+    t1 = np.where(a > 0, a, 0).astype(np.float64).sum(axis=0)
+    ref = np.zeros_like(t1)
+    ref[1:] += 3 * t1[:-1]
+    ref[:-1] += t1[1:]
+    check_threads(s, args, [a], ref, rtol=1e-5, atol=1e-5)

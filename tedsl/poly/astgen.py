@@ -44,6 +44,22 @@ run, so the loop runs over every tile with ``if full: ... else: ...`` at the top
 each branch with the constant extents above.  (With symbolic sizes isl may still emit the
 partial tile after the loop.)  The threads' chunks put the longer ones last
 (``codegen/llvm_omp.py``), where the cheap partial tile is.
+
+A partial tile met in only some iterations of a parallel loop (the last row tile of a loop
+over row tiles split by the thread count) is a statement of its own, and ``separate``
+would split the parallel loop where the statements that run differ, into serial copies.
+isl's ``atomic`` option at the parallel loop keeps it one loop, with the tile's test in its
+body (:func:`_one_parallel_loop`); where isl would then peel a statement out in front of
+or after the loop, the ``separate`` tree is kept.  A vectorized loop with loops inside
+counts as parallel here.
+
+Rows apart
+----------
+A stage computed at a loop of a reader of rows ``i - 1`` and ``i + 1`` has a region of two
+pieces, which isl emits as two statements with no loop: a ``parallel`` or ``vectorize`` of
+the stage's row loop would be lost.  Such a statement is written as one strided piece
+(:func:`_rows_as_one_loop`), when isl proves it the same instances, and becomes a loop of
+step 2.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -419,9 +435,17 @@ def _constant_pieces_max(pa):
     return max(vals) if vals and None not in vals else None
 
 
-def _is_parallel(program, s, iv):
-    attr = program.iv_stage.get(iv, s.stage).attrs.get(iv)
-    return attr is not None and attr.kind == "parallel"
+def _one_loop(program, s, d):
+    """Whether the loop at schedule position ``d`` of ``s`` must stay one loop: a
+    ``parallel`` loop, or a ``vectorized`` one with loops below it (split into copies of one
+    iteration each, it would leave no loop to carry the directive)."""
+    x = s.sched[d]
+    if isinstance(x, int) or len(x) > 2:
+        return False
+    attr = program.iv_stage.get(x[0], s.stage).attrs.get(x[0])
+    kind = attr.kind if attr is not None else None
+    return kind == "parallel" or kind == "vectorize" and \
+        any(not isinstance(y, int) for y in s.sched[d + 1:])
 
 
 def _pieces(program, width):
@@ -452,8 +476,7 @@ def _pieces(program, width):
             continue
         smap = s.schedule_map(program, width)
         space = smap.range().get_space()
-        pd = next((d for d, x in enumerate(s.sched) if not isinstance(x, int) and
-                   len(x) == 2 and _is_parallel(program, s, x[0])), None)
+        pd = next((d for d in range(len(s.sched)) if _one_loop(program, s, d)), None)
         heres, inner = [], []
         for e, one in mine:
             h = one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
@@ -505,6 +528,41 @@ def _pieces(program, width):
     return out, par
 
 
+def _one_parallel_loop(options, program, pieces, smap, width):
+    """``options`` with ``atomic`` instead of ``separate`` at the schedule points of every
+    loop that must stay one loop (:func:`_one_loop`), in every statement.  A partial tile met in only some
+    iterations of a parallel loop (the last row tile, in the last of the loop's values) is a
+    statement of its own there, and ``separate`` would split the parallel loop into serial
+    copies where the statements that run differ; ``atomic`` keeps one loop, with the tile's
+    test inside its body (the loops below it are still separated)."""
+    for name, (s, _dom) in pieces.items():
+        for d in range(min(width, len(s.sched))):
+            if not _one_loop(program, s, d):
+                continue
+            pts = _range_of(smap, name)
+            if pts is None:
+                continue
+            sep = isl.UnionMap.from_map(isl.Map.from_domain_and_range(
+                pts, isl.Set(f"{{ separate[{d}] }}")))
+            atom = isl.UnionMap.from_map(isl.Map.from_domain_and_range(
+                pts, isl.Set(f"{{ atomic[{d}] }}")))
+            options = options.subtract(sep).union(atom)
+    return options
+
+
+def _range_of(smap, name):
+    """The schedule points of the statement named ``name`` in the union map ``smap``."""
+    out = []
+    smap.foreach_map(lambda m: out.append(m.range()) if m.get_tuple_name(
+        isl.dim_type.in_) == name else None)
+    if not out:
+        return None
+    r = out[0]
+    for x in out[1:]:
+        r = r.union(x)
+    return r
+
+
 def _by_parallel_loop(rng, full, d):
     """The values of the parallel loop at schedule position ``d`` whose iterations lie wholly
     in ``full`` (a 1-D set over the loop's value), when every iteration of that loop is wholly
@@ -537,6 +595,84 @@ def _after_full_tiles(m, s, par, width, statements):
         shift = isl.Map(f"{{ [{', '.join(dims)}] -> [{', '.join(moved)}] }}")
         m = m.intersect_range(full).union(m.subtract_range(full).apply_range(shift))
     return m
+
+
+# -- a region of separate rows as one strided loop -----------------------------------------
+
+def _rows_as_one_loop(m, program, s):
+    """The schedule map ``m`` of a statement with a ``parallel`` or ``vectorize`` loop, written
+    as one strided piece when it is a union of pieces that one is exactly.
+
+    A stage computed at a loop of a reader that reads rows ``i - 1`` and ``i + 1`` has the
+    region ``{i - 1} u {i + 1}`` (less what lies outside the stage): two pieces, which isl
+    emits as two statements with no loop between them, so a ``parallel`` or ``vectorize``
+    of the stage's row loop would be dropped.  The same instances written as the convex
+    hull of the pieces on the lattice of their common stride (``i - 1 <= r <= i + 1``,
+    ``r = i - 1 + 2 e``) are one piece, which isl emits as a loop of step 2.  Nothing is
+    computed twice or left out: the rewrite is used only when isl proves the two maps
+    equal."""
+    if m.n_basic_map() < 2:
+        return m
+    for d, x in enumerate(s.sched):
+        if isinstance(x, int) or len(x) > 2:
+            continue
+        attr = program.iv_stage.get(x[0], s.stage).attrs.get(x[0])
+        if attr is None or attr.kind not in ("parallel", "vectorize"):
+            continue
+        one = _strided_hull(m, d)
+        if one is not None:
+            return one
+    return m
+
+
+def _strided_hull(m, d):
+    """``m`` as a single piece, the convex hull of its pieces on the lattice of their stride
+    at output dimension ``d`` (among instances that share the dimensions before it), when
+    that equals ``m``; else None."""
+    S = isl.dim_type.set
+    rng = m.range()
+    n = rng.dim(S)
+    pairs = isl.Map.from_domain_and_range(rng, rng)
+    for k in range(d):
+        pairs = pairs.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    diff = pairs.deltas().project_out(S, d + 1, n - d - 1).project_out(S, 0, d)
+    diff = diff.project_out(isl.dim_type.param, 0, diff.dim(isl.dim_type.param))
+    pos = diff.lower_bound_val(S, 0, isl.Val.one(diff.get_ctx()))
+    if pos.is_empty():
+        return None
+    stride = pos.lexmin().sample_point().get_coordinate_val(S, 0).to_python()
+    if stride < 2 or not diff.is_subset(isl.Set(f"{{ [x] : x mod {stride} = 0 }}")):
+        return None
+    first = []
+    rng.foreach_basic_set(lambda b: first.append(b) if not first else None)
+    hull = first[0].project_out(S, d + 1, n - d - 1).affine_hull()
+    on = isl.Map.from_domain_and_range(isl.Set.from_basic_set(hull),
+                                       isl.Set.universe(rng.get_space()))
+    for k in range(d):
+        on = on.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    step = isl.Map(f"{{ [x] -> [y] : (y - x) mod {stride} = 0 }}")
+    on = on.intersect(_at_dim(step, d, on.get_space()))
+    # isl's convex hull of the whole map took minutes below tiles (the pieces' floor and mod
+    # constraints); the simple hull (the pieces' constraints, shifted to hold for all of
+    # them) is immediate, and the convex hull of the pieces' outer dimensions adds the
+    # bounds the shift lost (the region's rows clipped at the stage's edges)
+    outer = rng.project_out(S, d + 1, n - d - 1).convex_hull()
+    outer = isl.Set.from_basic_set(outer).add_dims(S, n - d - 1)
+    one = isl.Map.from_basic_map(m.simple_hull()).intersect_range(
+        on.range().intersect(outer))
+    if one.n_basic_map() != 1 or not one.is_equal(m):
+        return None
+    return one
+
+
+def _at_dim(step, d, space):
+    """The map ``step`` over one dimension, lifted to act on dimension ``d`` of both sides of a
+    map in ``space`` (every other dimension unconstrained)."""
+    S = isl.dim_type
+    n_in, n_out = space.dim(S.in_), space.dim(S.out)
+    lifted = step.insert_dims(S.in_, 0, d).add_dims(S.in_, n_in - d - 1) \
+        .insert_dims(S.out, 0, d).add_dims(S.out, n_out - d - 1)
+    return lifted.align_params(space)
 
 
 # -- instances named by their loop values ------------------------------------------------------
@@ -654,13 +790,41 @@ def generate(program):
             ldom = lf[2].intersect_range(dom.set_tuple_name(s.name)).domain()
             m = lf[3].intersect_domain(ldom).set_tuple_name(isl.dim_type.in_, name)
             leaves[name] = lf[:2]
-        m = isl.UnionMap.from_map(_after_full_tiles(m, s, shifts, width, program.statements))
+        m = _after_full_tiles(m, s, shifts, width, program.statements)
+        m = isl.UnionMap.from_map(_rows_as_one_loop(m, program, s))
         smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
     if len(pieces) > len(program.statements) or shifts:
         # full tiles apart from partial ones; a parallel loop stays one loop where the same
         # statements run in all its iterations (_pieces keeps them one statement)
         dims = ", ".join(f"t{d}" for d in range(width))
-        build = build.set_options(isl.UnionMap(f"{{ [{dims}] -> separate[x] }}"))
+        options = isl.UnionMap(f"{{ [{dims}] -> separate[x] }}")
+        atomic = _one_parallel_loop(options, program, pieces, smap, width)
+        if atomic is not options:
+            tree = _convert(build.set_options(atomic), smap, program, pieces, leaves)
+            if _inside_parallel_loops(tree, program):
+                return tree
+        build = build.set_options(options)
+    return _convert(build, smap, program, pieces, leaves)
+
+
+def _convert(build, smap, program, pieces, leaves):
     node = build.node_from_schedule_map(smap)
     return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves).node(node)
+
+
+def _inside_parallel_loops(tree, program):
+    """Whether every statement instance of the loop tree runs inside a loop (not one isl
+    proved to run once) of each ``parallel`` loop of its schedule.  ``atomic`` keeps a
+    parallel loop one loop, but isl may still peel a statement that runs in its first or
+    last iteration only out in front of or after it (correct in order, but outside the
+    loop where its stage's buffer is allocated)."""
+    def walk(node, loops):
+        if type(node) is User:
+            s = node.stmt
+            return all(s.sched[d][0] in loops for d in range(len(s.sched))
+                       if _one_loop(program, s, d))
+        if type(node) is Loop:
+            loops = loops | {node.iv}
+        return all(walk(c, loops) for c in children(node))
+    return walk(tree, frozenset())
