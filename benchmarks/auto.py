@@ -13,7 +13,8 @@ the peers, and ``vs best peer`` = best peer time / auto time (above 1: tedsl is 
 
 Run: ``python benchmarks/auto.py [--quick] [--search] [case ...]``; writes the ``auto`` section
 of RESULTS.md.  ``--rules [case ...]`` times the rules of softmax, GEMM 1024, 2mm, atax and
-bicg against the same graphs scheduled without them (section ``auto_rules``).
+bicg, and of the GEMM register tile (``tile1000``, ``tile1024``), against the same graphs
+scheduled without them (section ``auto_rules``).
 """
 import argparse
 import os
@@ -294,6 +295,14 @@ def _rule_cases():
                 te.auto_schedule(c["outs"], params={"C.pack_rows": True}),
                 te.auto_schedule(c["outs"]))
 
+    def tile(n):
+        def make():
+            c = _gemm(n)
+            return (c["args"], c["inputs"], [c["out"]], ("numpy", c["peers"](None)["numpy"]),
+                    te.auto_schedule(c["outs"], params={"C.tile_rows": 14, "C.tile_cols": 32}),
+                    te.auto_schedule(c["outs"]))
+        return make
+
     def poly(name, params):
         def make():
             case = pk.KERNELS[name](*polybench.SIZES[name], np.random.default_rng(0))
@@ -307,6 +316,9 @@ def _rule_cases():
     return {
         "softmax": ("softmax 4096×1024: 4 vector chains per row statistic", rows),
         "gemm1024": ("GEMM 1024: A read in place (rows not packed at the root)", gemm),
+        "tile1000": ("GEMM 1000: the hand schedule's 6×64 tile (14×32 before), tail split",
+                     tile(1000)),
+        "tile1024": ("GEMM 1024: the hand schedule's 6×64 tile (14×32 before)", tile(1024)),
         "2mm": ("2mm 800⁴: alpha applied in the copy-out",
                 poly("2mm", lambda outs: {"tmp.scale_out": False})),
         "atax": ("atax 4000²: column sweep + 4 chains",

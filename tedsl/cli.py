@@ -270,25 +270,11 @@ def gemm_tile(target=None, n=None, m=None, k=None):
     """``(mr, nr, ku)``: the float32 register tile of :func:`gemm_schedule` for a CPU target
     (default: the host), from its detected SIMD width, register count and L2 cache size.
 
-    The tile is ``mr`` rows by ``nv`` vector registers of columns (``nr = nv * lanes``): per
-    step of k it loads ``nv`` vectors of B, broadcasts ``mr`` elements of A and issues
-    ``mr * nv`` FMAs into as many accumulator registers.  For each ``nv`` (a power of two)
-    ``mr`` is the largest that keeps the accumulators, the ``nv`` B vectors and one broadcast
-    in registers (no spilling).  Two tiles are in play:
-
-    * two registers of columns: 14 x 32 with 32 zmm registers (AVX-512), 6 x 16 with 16 ymm
-      registers (AVX2);
-    * the one with the most FMAs per load, ``mr * nv / (mr + nv)``, when it is wider: 6 x 64
-      (``nv = 4``, 24 FMAs per 10 loads against 28 per 16) with 32 registers.  Its panels of
-      B are twice as wide, so A, which streams past each panel, is read half as often.
-
-    The wide tile is taken for a product whose A (``m x k`` floats) does not fit in the L2
-    cache (then A is read from L3 once per panel) and whose panels (``n / nr``) are at least
-    as many as the threads (the target's ``-num-threads``, else
-    :func:`tedsl.runtime.cpu.num_threads`: the threads share the panels).  On one core of
-    the AVX-512 host it ran 3-9% faster than 14 x 32 at n = 1000-2048; where A stays in L2
-    (n = 257, 512) 14 x 32 was 3% faster.  Without ``n`` the tile of a large product is
-    returned.  ``ku = 4``: the reduction unrolled by 4.
+    The rule is the auto-scheduler's, :func:`tedsl.auto.model.product_tile`: 14 x 32 with
+    AVX-512 (6 x 16 with AVX2), or 6 x 64 when A (``m x k`` floats) does not fit in the L2
+    cache and the panels of B (``n / 64``) are at least as many as the threads (the target's
+    ``-num-threads``, else :func:`tedsl.runtime.cpu.num_threads`).  Without ``n`` the tile
+    of a large product is returned.  ``ku = 4``: the reduction unrolled by 4.
 
     Parameters
     ----------
@@ -297,19 +283,17 @@ def gemm_tile(target=None, n=None, m=None, k=None):
         Columns of C, rows of C (default ``n``) and the reduction length (default ``n``).
     """
     from .auto.machine import cache_sizes
+    from .auto.model import product_tile
     from .codegen import target as tg
     from .runtime.cpu import num_threads
     tgt = tg.parse(target)
     lanes = max(4, tg.vector_bits(tgt) // 32)
-    regs = tg.vector_registers(tgt)
-    rows = {nv: (regs - nv - 1) // nv for nv in (1, 2, 4, 8) if regs - nv - 1 >= nv}
-    nv = max(rows, key=lambda v: (rows[v] * v / (rows[v] + v), -v))
-    if n is not None and nv > 2:
-        m, k = n if m is None else m, n if k is None else k
-        panels = -(-n // (nv * lanes))
-        if 4 * m * k <= cache_sizes()[2] or panels < (tgt.num_threads or num_threads()):
-            nv = 2
-    return rows[nv], nv * lanes, 4
+    a_bytes = None
+    if n is not None:
+        a_bytes = 4 * (n if m is None else m) * (n if k is None else k)
+    mr, nv = product_tile(tg.vector_registers(tgt), lanes, cache_sizes()[2],
+                          tgt.num_threads or num_threads(), n, a_bytes)
+    return mr, nv * lanes, 4
 
 
 def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
@@ -345,6 +329,7 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
       partial panel runs after the parallel loop, on one thread.
     """
     import tedsl as te
+    from .auto.model import split_tail
     from .codegen import target as tg
     from .codegen.llvm_stmt import STACK_LIMIT
     if lanes is None:
@@ -369,8 +354,7 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
     if unroll_rows:
         s[CC].unroll(ic)
     x, _, z = s[Bp].op.axis
-    regs = -(-(n % nr) // lanes)            # registers of the column tail
-    split = nr > 2 * lanes and regs > 2 and regs & (regs - 1)
+    split = split_tail(n, nr, lanes)        # the column tail as one-register vectors
     for stage, v, unroll in ((s[CC], jc, True), (s[C], ji, False), (s[Bp], z, False)):
         if split:
             vo, v = stage.split(v, factor=lanes)

@@ -21,18 +21,23 @@ class Machine:
     l2: int
     l3: int
     vector_bits: int        # SIMD register width the code generator targets
-    threads: int            # worker threads a parallel loop gets
+    threads: int            # worker threads a parallel loop gets (the target's -num-threads,
+                            # else the runtime's)
 
     def lanes(self, dtype):
         """SIMD lanes of ``dtype`` in one register (at least 4)."""
         return max(4, self.vector_bits // max(8, dt.bits(dtype)))
 
     @property
+    def registers(self):
+        """Vector registers of the register file: 32 with AVX-512 (zmm0-31), 16 below."""
+        return 32 if self.vector_bits >= 512 else 16
+
+    @property
     def accumulators(self):
         """Vector registers a register tile may keep its accumulators in: the register file
-        (32 with AVX-512, 16 below) less the operands of one step (two column vectors, a
-        broadcast) and a spare."""
-        return 28 if self.vector_bits >= 512 else 12
+        less the operands of one step (two column vectors, a broadcast) and a spare."""
+        return self.registers - 4
 
 
 def _size(text):
@@ -90,4 +95,4 @@ def machine(tgt):
     except Exception:       # no LLVM host information: a safe middle ground
         bits = 256
     c = cache_sizes()
-    return Machine(c[1], c[2], c[3], bits, _threads())
+    return Machine(c[1], c[2], c[3], bits, tgt.num_threads or _threads())

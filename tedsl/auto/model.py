@@ -143,6 +143,47 @@ def register_tile(m, lanes, rows_ext, cols_ext, col_hint=None, broadcasts=False)
     return mr, nr
 
 
+def product_tile(registers, lanes, l2, threads, n=None, a_bytes=None):
+    """``(mr, nv)``: rows x vector registers of columns of the register tile of a matrix
+    product ``C = A @ B`` whose columns are packed panels of B, ``nv * lanes`` wide.
+
+    Per step of the reduction the tile loads ``nv`` vectors of B, broadcasts ``mr`` elements
+    of A and issues ``mr * nv`` FMAs into as many accumulators.  For each ``nv`` (a power of
+    two) ``mr`` is the largest that keeps the accumulators, the ``nv`` B vectors and one
+    broadcast in the ``registers`` (no spilling).  Two tiles are in play:
+
+    * two registers of columns: 14 x 32 floats with 32 zmm registers (AVX-512), 6 x 16 with
+      16 ymm registers (AVX2);
+    * the one with the most FMAs per load, ``mr * nv / (mr + nv)``, when it is wider: 6 x 64
+      (``nv = 4``, 24 FMAs per 10 loads against 28 per 16) with 32 registers.  Its panels of
+      B are twice as wide, so A, which streams past each panel, is read half as often.
+
+    The wide tile is taken when A (``a_bytes``) does not fit in the ``l2`` cache (then A is
+    read from L3 once per panel) and the panels (``n / (nv * lanes)``, ``n`` the columns of
+    C) are at least as many as the ``threads`` that share them.  On one core of an AVX-512
+    host it ran 3-9% faster than 14 x 32 at n = 1000-2048; where A stays in L2 (n = 257,
+    512) 14 x 32 was 3% faster.  Without ``n`` the tile of a large product is returned."""
+    rows = {nv: (registers - nv - 1) // nv for nv in (1, 2, 4, 8)
+            if registers - nv - 1 >= nv}
+    nv = max(rows, key=lambda v: (rows[v] * v / (rows[v] + v), -v))
+    if n is not None and nv > 2 and (a_bytes <= l2 or -(-n // (nv * lanes)) < threads):
+        nv = 2
+    return rows[nv], nv
+
+
+def split_tail(ext, nr, lanes):
+    """Whether the columns of a register tile ``nr`` wide over an axis of extent ``ext`` are
+    split into one-register vectors (the part over them unrolled): when the column tail
+    (``ext % nr``) would run as a vector of three (or five, six, seven) registers.  LLVM
+    splits such a width and shuffles it through the stack (the 40-column tail of a 64-wide
+    tile at n = 1000 made a whole GEMM 1.5x slower); split, the tail runs as two whole
+    registers and one of 8 lanes."""
+    if ext is None:
+        return False
+    regs = -(-(ext % nr) // lanes)
+    return nr > 2 * lanes and regs > 2 and regs & (regs - 1) != 0
+
+
 def unroll_k(k_ext):
     """Unroll of the innermost reduction loop: a divisor of its extent (a tail would multiply
     the unrolled code), 1 when symbolic."""

@@ -18,7 +18,10 @@
    still run inside the row loop.
 3. ``tile``: every other reduction with an output axis gets multi-level tiling: a register tile
    of ``tile_rows`` x ``tile_cols`` (rows along the axis with the most reuse, columns along
-   the contiguous last axis, vectorized) accumulated via ``cache_write`` (or inside its
+   the contiguous last axis, vectorized; a product over packed panels takes the hand GEMM's
+   tile, ``model.product_tile``: 6 x 64 on AVX-512 when the operand of the rows does not fit
+   in L2 and the panels feed every thread, else 14 x 32, a column tail of three registers
+   run as one-register vectors) accumulated via ``cache_write`` (or inside its
    elementwise consumer, fused: bias, activation; not one that reads it mirrored, as a
    symmetric matrix's lower half ``upper[j, i]``, which would recompute the mirrored tiles),
    the innermost reduction loop split and unrolled, the reused operand packed into panels
@@ -508,11 +511,26 @@ class Sketch:
             # 83-90 GFLOP/s with 8 rows, 41-46 with 6, 12 or 14; syrk 1200 x 1000 100 / 97)
             mr0 = 8
         pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
+        rows_alt, cols_alt = [8, 4, 6, 2, 1, 12], []
+        if pack_t is not None and hint is None and tri is None and col is op.axis[-1]:
+            # a product over packed panels: the tile of the hand GEMM for these facts (the
+            # other of its two tiles a candidate)
+            a_bytes = model.footprint(op, [ld for ld in g.loads(op)
+                                           if not ld.depends(col.var)], {})
+            tiles = [model.product_tile(m.registers, lanes, m.l2, m.threads, ext_of(col),
+                                        a_bytes), model.product_tile(m.registers, lanes,
+                                                                     m.l2, m.threads)]
+            (mr, nv), (wr, wv) = tiles
+            if nv * lanes != nr0:
+                rows_alt.append(mr0)
+                mr0, nr0 = model.row_block(ext_of(row), mr), nv * lanes
+            rows_alt.append(model.row_block(ext_of(row), wr))
+            cols_alt.append(wv * lanes)
         if row is None:
             mr0 = 1
         sweep = self.column_sweep(op, row, col, lanes) if not sym and rect and tri is None \
             else None
-        cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes, lanes // 2]
+        cols = [nr0] if hint else [nr0, lanes, 2 * lanes, 3 * lanes, lanes // 2] + cols_alt
         if sweep is not None:
             nr0 = sweep
             cols.insert(0, sweep)
@@ -520,7 +538,7 @@ class Sketch:
             cols = [c for c in cols if ext_of(col) % c == 0]
         nr = self.k(f"{lab}.tile_cols", nr0, [c for c in cols if c >= 1])
         if row is not None:
-            mr = self.k(f"{lab}.tile_rows", mr0, [8, 4, 6, 2, 1, 12])
+            mr = self.k(f"{lab}.tile_rows", mr0, rows_alt)
         else:
             mr = 1
         kext = const_int(op.reduce_axis[-1].end) if not sym and rect else None
@@ -616,6 +634,12 @@ class Sketch:
             cb, cv = split_vector(cs, cinner[-1], lanes)
             if ku > 1 and cb is not None:   # each vector updated by ku rows in a register
                 cs.reorder(*couter, *red[:-1], cb, red[-1], cv)
+            split_vector(T, hinner[-1], lanes)
+        elif model.split_tail(ext_of(col), nr, lanes):
+            # the column tail would be a vector of three registers: one-register vectors
+            cb, _ = split_vector(cs, cinner[-1], lanes)
+            if cb is not None:
+                try_(cs.unroll, cb)
             split_vector(T, hinner[-1], lanes)
         else:
             try_(cs.vectorize, cinner[-1])

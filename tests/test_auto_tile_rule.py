@@ -1,0 +1,116 @@
+"""One register-tile rule for matrix products: ``te.auto_schedule`` takes the tile of the hand
+GEMM schedule (``tedsl.cli.gemm_tile``) from the same facts (registers, lanes, L2 size, the
+bytes of A, the panels of B and the threads), 6 x 64 on AVX-512 when A does not fit in L2 and
+the panels feed every thread, else 14 x 32; and a column tail of three registers runs as
+one-register vectors."""
+import re
+
+import numpy as np
+import pytest
+
+import tedsl as te
+from conftest import check_kernel, rand
+from test_auto_schedule import gemm as _product
+from tedsl.auto import sketch_space
+from tedsl.auto.model import product_tile, row_block, split_tail
+from tedsl.cli import gemm_tile
+from tedsl.codegen import target as tg
+
+AVX512 = tg.vector_bits(tg.parse("llvm")) >= 512
+SKX = "llvm -mcpu=skylake-avx512 -num-threads=2"
+HOST2 = "llvm -num-threads=2"                  # the host's CPU, its panels for two threads
+L2 = 2 << 20
+
+
+def _caches(monkeypatch, l2):
+    monkeypatch.setattr("tedsl.auto.machine.cache_sizes",
+                        lambda: {1: 32 << 10, 2: l2, 3: 32 << 20})
+
+
+def test_product_tile_from_registers_cache_and_threads():
+    big = 4 * 1000 * 1000                                    # A of 1000 x 1000 floats
+    assert product_tile(32, 16, L2, 1) == (6, 4)             # no shape: a large product
+    assert product_tile(32, 16, L2, 1, 1000, big) == (6, 4)
+    assert product_tile(32, 16, L2, 1, 1000, L2) == (14, 2)            # A fits in L2
+    assert product_tile(32, 16, L2, 1, 1000, L2 + 4) == (6, 4)
+    assert product_tile(32, 16, 64 << 20, 1, 1000, big) == (14, 2)     # a larger L2
+    assert product_tile(32, 16, L2, 16, 1000, big) == (6, 4)           # 16 panels, 16 threads
+    assert product_tile(32, 16, L2, 17, 1000, big) == (14, 2)          # fewer panels
+    for n in (None, 64, 4000):                                         # 16 registers (AVX2)
+        assert product_tile(16, 8, L2, 1, n, big) == (6, 2)
+
+
+def test_split_tail_only_for_three_register_tails():
+    assert split_tail(1000, 64, 16)             # 40 columns: three registers
+    assert split_tail(1008, 64, 16)             # 48
+    assert not split_tail(1024, 64, 16)         # no tail
+    assert not split_tail(1023, 64, 16)         # 63: four registers, one masked body
+    assert not split_tail(1016, 64, 16)         # 56: four registers
+    assert not split_tail(1000, 32, 16)         # the narrow tile: at most two registers
+    assert split_tail(1000 + 96, 128, 16)       # six registers
+    assert not split_tail(None, 64, 16)
+
+
+@pytest.mark.parametrize("target", [SKX, "llvm -mcpu=skylake-avx512 -num-threads=3",
+                                    "llvm -mcpu=haswell -num-threads=2"])
+@pytest.mark.parametrize("m, n, k", [(1000, 1000, 1000), (257, 257, 257), (64, 4096, 64),
+                                     (8192, 128, 8192), (1001, 999, 1003)])
+def test_auto_schedule_takes_the_hand_tile(target, m, n, k):
+    mr, nr, _ = gemm_tile(target, n=n, m=m, k=k)
+    space = sketch_space([_product(m, n, k)[2]], target)
+    assert space["C.tile_cols"][0] == nr, space
+    assert space["C.tile_rows"][0] == row_block(m, mr), space
+
+
+def test_the_other_tile_stays_a_candidate():
+    space = sketch_space([_product(1000, 1000, 1000)[2]], SKX)
+    assert (space["C.tile_rows"][0], space["C.tile_cols"][0]) == (6, 64)
+    assert 14 in space["C.tile_rows"] and 32 in space["C.tile_cols"], space
+    space = sketch_space([_product(256, 256, 256)[2]], SKX)
+    assert (space["C.tile_rows"][0], space["C.tile_cols"][0]) == (14, 32)
+    assert 6 in space["C.tile_rows"] and 64 in space["C.tile_cols"], space
+
+
+def test_both_schedules_follow_the_cache_size(monkeypatch):
+    # a dense layer 128 x 1024 -> 4096: its input (512 KB) fits in a 2 MB L2, not in 256 KB
+    out = _product(128, 4096, 1024, True)[2]
+    for l2, tile in ((L2, (14, 32)), (256 << 10, (6, 64))):
+        _caches(monkeypatch, l2)
+        space = sketch_space([out], SKX)
+        assert (space["C.tile_rows"][0], space["C.tile_cols"][0]) == tile, (l2, space)
+        assert gemm_tile(SKX, n=4096, m=128, k=1024)[:2] == tile
+
+
+def test_three_register_tail_in_one_register_vectors(monkeypatch):
+    _caches(monkeypatch, 4 << 10)
+    A, B, C = _product(67, 104, 53)             # 104 = 64 + a 40-column tail
+    s = te.auto_schedule([C], SKX)
+    text = str(te.lower(s, [A, B, C]))
+    assert "in unrolled(0, 3)" in text and "in unrolled(0, 4)" in text, text
+    widths = set(re.findall(r"in vectorized\(0, ([^)]*\)?)\)", text))
+    assert widths <= {"16", "32", "min(16, 40 - j.c.inner.outer * 16)",
+                      "min(16, 40 - j.inner.outer * 16)"}, widths
+    assert "vectorized(0, 40)" not in text, text
+    # no tail of three registers: one vector per row
+    A, B, C = _product(67, 127, 53)
+    text = str(te.lower(te.auto_schedule([C], SKX), [A, B, C]))
+    assert "j.c.inner.outer" not in text and "vectorized(0, 63)" in text, text
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m, n, k, transposed", [(67, 104, 53, False),   # 40-column tail
+                                                 (45, 1000, 37, False),  # 40 again, 15 panels
+                                                 (67, 127, 29, False),   # 63: one masked body
+                                                 (23, 200, 41, True)])   # dense: 8-column tail
+def test_wide_tile_kernels_match_numpy(rng, monkeypatch, m, n, k, transposed, threads):
+    _caches(monkeypatch, 1 << 10)               # A does not fit: the wide tile (AVX-512)
+    A, B, C = _product(m, n, k, transposed)
+    if AVX512:
+        assert sketch_space([C], HOST2)["C.tile_cols"][0] == 64
+    s = te.auto_schedule([C], HOST2)
+    mod = te.build(s, [A, B, C])
+    mod.set_num_threads(threads)
+    a, b = rand(rng, (m, k)), rand(rng, (n, k) if transposed else (k, n))
+    b64 = b.astype(np.float64)
+    check_kernel(s, [A, B, C], [a, b], a.astype(np.float64) @ (b64.T if transposed else b64),
+                 rtol=1e-5, mod=mod)
