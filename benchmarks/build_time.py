@@ -20,6 +20,9 @@ kernel cache off, every build of a kernel at a size not built before): the defin
 schedule, ``te.build``'s isl statements, legality re-check, isl AST, loop passes, LLVM IR
 emission and LLVM; it writes the ``build_time_phases`` section.
 
+``--passes`` prints LLVM's own timing report instead, for the module ``te.build`` compiles
+(fast entry included): the optimizer's passes, then the machine-code passes.
+
 ``--search`` measures ``tedsl.tune.auto``'s throughput instead: candidates measured per minute
 on small kernels (a 64^3 and a 128^3 GEMM: 224 candidates of ``tedsl.auto``'s space each, fully
 unrolled register tiles), with the CPU time of the worker processes per candidate; it writes
@@ -199,6 +202,39 @@ def child_phases(name, rounds):
     print(json.dumps({p: statistics.median(v) for p, v in got.items()}))
 
 
+def child_passes(name, top=25):
+    """LLVM's time per pass for the module of ``name``: the ``top`` costliest optimizer
+    passes, then the machine-code passes (printed)."""
+    import tedsl as te
+    from tedsl import driver
+    from tedsl.codegen import llvm_compile, target as target_mod
+    llvm = llvm_compile.init_llvm()
+    s, args = CASES[name]()
+    tgt = target_mod.parse("llvm")
+    text = driver._generate(te.lower(s, args), tgt)[0]
+    tm = llvm_compile.target_machine(tgt.mcpu, target_mod.cpu_and_features(tgt)[1], "pic")
+    reports = []
+    mod = llvm_compile.optimize(text, tm, reports)
+    llvm.set_time_passes(True)
+    tm.emit_object(mod)
+    reports.append(llvm.report_and_reset_timings())
+    llvm.set_time_passes(False)
+    print(f"{name}: LLVM IR {len(text)} characters")
+    for title, rep in zip(("optimizer", "machine code"), reports):
+        lines = rep.splitlines()
+        head = [l for l in lines if "Total Execution Time" in l]
+        rows = [l for l in lines if l.strip().startswith("0.") or l.strip()[:1].isdigit()]
+        print(f"-- {title}: {head[0].strip() if head else ''}")
+        seen = set()
+        for l in rows:
+            pass_name = l.split(")")[-1].strip()
+            if pass_name not in seen:   # the optimizer's report lists each pass twice
+                seen.add(pass_name)
+                print(l)
+            if len(seen) >= top:
+                break
+
+
 def _wait_for_link(f, limit=20.0):
     """Wait until the kernel cache's background link of ``f`` has ended (or ``limit`` s)."""
     from tedsl.runtime import kernel_cache
@@ -231,6 +267,8 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=48, help="candidates per search (--search)")
     ap.add_argument("--phases", action="store_true",
                     help="CPU time per phase of warm builds instead (--runs rounds)")
+    ap.add_argument("--passes", action="store_true",
+                    help="print LLVM's time per pass for each case instead")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -240,6 +278,11 @@ def main(argv=None):
             child(*a.child)
         return 0
     from common import machine_description, markdown_table, write_results
+    if a.passes:
+        for n in CASES:
+            if not a.case or any(c in n for c in a.case):
+                child_passes(n)
+        return 0
     if a.search:
         return search_throughput(a.trials)
     if a.phases:

@@ -105,3 +105,12 @@ def test_ir_text_is_compact(rng):
         assert len(terms) == len(set(terms)), block
     a, b = rand(rng, (m, k)), rand(rng, (k, n))
     check_kernel(s, args, [a, b], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5)
+
+
+def test_optimize_reports_pass_timings():
+    from tedsl.codegen.llvm_compile import optimize, target_machine
+    text = "define i32 @f(i32 %x) {\n  %y = add i32 %x, 1\n  ret i32 %y\n}\n"
+    reports = []
+    mod = optimize(text, target_machine(), reports)
+    assert len(reports) == 1 and "InstCombinePass" in reports[0]
+    assert "add i32 %x, 1" in str(mod)

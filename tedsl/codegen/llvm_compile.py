@@ -72,8 +72,10 @@ def rejected_ir(diagnostic, ll_text, keep_lines=4):
     return err
 
 
-def optimize(ll_text, tm):
-    """Parse, verify and run the O3 pipeline; returns the llvmlite module."""
+def optimize(ll_text, tm, timings=None):
+    """Parse, verify and run the O3 pipeline; returns the llvmlite module.  With a list for
+    ``timings``, LLVM's report of the time each pass took is appended to it
+    (``benchmarks/build_time.py --passes``)."""
     llvm = init_llvm()
     try:
         mod = llvm.parse_assembly(ll_text)
@@ -84,7 +86,11 @@ def optimize(ll_text, tm):
     mod.data_layout = str(tm.target_data)
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(tm, pto)
+    if timings is not None:
+        pb.start_pass_timing()
     pb.getModulePassManager().run(mod, pb)
+    if timings is not None:
+        timings.append(pb.finish_pass_timing())
     return mod
 
 
