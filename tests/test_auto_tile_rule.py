@@ -114,3 +114,22 @@ def test_wide_tile_kernels_match_numpy(rng, monkeypatch, m, n, k, transposed, th
     b64 = b.astype(np.float64)
     check_kernel(s, [A, B, C], [a, b], a.astype(np.float64) @ (b64.T if transposed else b64),
                  rtol=1e-5, mod=mod)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transposed_panels_read_their_rows_a_line_at_a_time(rng, monkeypatch, threads):
+    # a dense layer's weights W[j, k], packed per panel by its thread: each source row is read
+    # 16 contiguous elements at a time (k = 41: two blocks and a tail of 9), not gathered down
+    # 32 rows a row apart
+    _caches(monkeypatch, 64 << 10)
+    A, B, C = _product(23, 200, 41, True)
+    s = te.auto_schedule([C], HOST2)
+    text = str(te.lower(s, [A, B, C]))
+    lanes = tg.vector_bits(tg.parse("llvm")) // 32
+    assert re.search(r"for ax1\.outer in range\(0, \d+\):\n\s+for ji in range\(0, \d+\):\n"
+                     rf"\s+for ax1\.inner in unrolled\(0, {lanes}\):", text), text
+    mod = te.build(s, [A, B, C])
+    mod.set_num_threads(threads)
+    a, b = rand(rng, (23, 41)), rand(rng, (200, 41))
+    check_kernel(s, [A, B, C], [a, b], a.astype(np.float64) @ b.astype(np.float64).T,
+                 rtol=1e-5, mod=mod)
