@@ -410,8 +410,8 @@ def main(argv=None):
                    help=f"also search {SEARCH_SECONDS} s per case with tedsl.tune.auto")
     p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
     p.add_argument("--rules", action="store_true",
-                   help="time the rules of softmax, GEMM, 2mm, atax and bicg against the same "
-                        "graphs without them (writes the auto_rules section)")
+                   help="time the rules of softmax, GEMM (and its tile), 2mm, atax and bicg "
+                        "against the same graphs without them (writes the auto_rules section)")
     opts = p.parse_args(argv)
     rounds = 3 if opts.quick else 7
     if opts.rules:
