@@ -340,3 +340,22 @@ def test_parallel_region_of_two_rows_inside_a_vectorized_loop(rng):
     ref[1:] += 3 * t1[:-1]
     ref[:-1] += t1[1:]
     check_threads(s, args, [a], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_vectorized_strided_region_says_why_it_runs_scalar():
+    """The two rows i - 1 and i + 1 are one loop of step 2: not adjacent lanes, so the loop
+    runs as scalar code, and the warning says so (not that it holds a loop)."""
+    A = te.placeholder((3,), "float32", name="A")
+    T1 = te.compute((3,), lambda i: A[i] * 2, name="T1")
+    T2 = te.compute((3,), lambda i: te.if_then_else(i >= 1, T1[i - 1], 0.0) +
+                    te.if_then_else(i + 1 < 3, T1[i + 1], 0.0), name="T2")
+    s = te.create_schedule(T2)
+    s[T1].compute_at(s[T2], T2.op.axis[0])
+    s[T1].vectorize(T1.op.axis[0])
+    with pytest.warns(UserWarning, match=r"loop i of main steps by 2 \(its iterations are not "
+                                         r"adjacent lanes\); it runs as scalar code"):
+        f = te.build(s, [A, T2])
+    a = np.arange(1, 4, dtype="float32")
+    out = np.full(3, np.nan, dtype="float32")
+    f(a, out)
+    np.testing.assert_allclose(out, [2 * a[1], 2 * a[0] + 2 * a[2], 2 * a[1]])

@@ -49,9 +49,10 @@ class SimdEmitter:
         ok = W is not None and s.step == 1 and _vectorizable(s.body)
         if not ok:
             if W is not None:
+                why = (f"steps by {s.step} (its iterations are not adjacent lanes)"
+                       if s.step != 1 else "holds a loop or an allocation")
                 warnings.warn(f"[tedsl.vectorize-scalar] loop {s.var.name} of {self.func.name} "
-                              "holds a loop or an allocation; it runs as scalar code",
-                              stacklevel=2)
+                              f"{why}; it runs as scalar code", stacklevel=2)
             # kept a loop: LLVM would copy the inner loops once per lane and vectorize each
             # copy on its own (a 12-lane loop under 16 unrolled copies took 30 s to compile)
             return self._serial_loop(s, self.expr(s.lo), self.expr(s.hi), no_unroll=True)
