@@ -2,7 +2,9 @@
 
 One module per kernel with three functions:
 
-* ``<name>_body(ptr noalias A, ..., scalars..., sizes...) -> i32``: the loops;
+* ``<name>_body(ptr noalias A, ..., scalars..., sizes...) -> i32``: the loops, one copy: when
+  both entries call it, their calls are ``noinline`` (LLVM would otherwise optimise and
+  compile the body once inlined into each; the direct call costs about a nanosecond);
 * ``<name>(ptr slots) -> i32``: the packed C ABI (``llvm_entry``);
 * ``<name>_pyentry(PyObject* a0, ...) -> i32``: the fast call path from numpy arrays
   (``llvm_entry``).
@@ -75,8 +77,9 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self.stmt(f.body)
         self.b.ret(ir.Constant(I32, 0))
         self._finish_allocas(start)
-        self._packed_wrapper(body_fn)
-        if self.abi is not None and all(isinstance(p, N.Buffer) for p in f.params):
+        two_entries = self.abi is not None and all(isinstance(p, N.Buffer) for p in f.params)
+        self._packed_wrapper(body_fn, ("noinline",) if two_entries else ())
+        if two_entries:
             self._py_entry(body_fn)
         return self.module
 

@@ -89,7 +89,9 @@ class EntryEmitter:
             out.append(PTR if isinstance(p, N.Buffer) else self.ty(p.dtype, 1))
         return out + [self.ty(v.dtype, 1) for v in self.func.size_vars]
 
-    def _packed_wrapper(self, body_fn):
+    def _packed_wrapper(self, body_fn, call_attrs=()):
+        """``<name>(ptr slots)``; ``call_attrs`` on its call of the body (``noinline`` when
+        the fast entry calls it too)."""
         f = self.func
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -110,7 +112,7 @@ class EntryEmitter:
             else:
                 t = self.ty(p.dtype, 1)
                 vals.append(raw if t == I64 else b.trunc(raw, t))
-        b.ret(b.call(body_fn, vals))
+        b.ret(b.call(body_fn, vals, attrs=call_attrs))
 
     def _py_entry(self, body_fn):
         """The fast path from numpy arrays: validate headers, bind sizes, call the body."""
@@ -240,11 +242,11 @@ class EntryEmitter:
             with b.if_else(big) as (then, otherwise):
                 with then:
                     ts = b.call(save, [])
-                    rc_big = b.call(body_fn, args)
+                    rc_big = b.call(body_fn, args, attrs=("noinline",))    # one body
                     b.call(restore, [ts])
                     from_big = b.block
                 with otherwise:
-                    rc_small = b.call(body_fn, args)
+                    rc_small = b.call(body_fn, args, attrs=("noinline",))
                     from_small = b.block
             rc = b.phi(I32)
             rc.add_incoming(rc_big, from_big)
