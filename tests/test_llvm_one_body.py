@@ -104,3 +104,16 @@ def test_body_with_one_caller_stays_inlinable(rng):
     a, b = rng.random(10, dtype=np.float32), poisoned((10,))
     f(a, np.float32(1.5), b)
     np.testing.assert_allclose(b, a * np.float32(1.5), rtol=1e-6)
+
+
+def test_torch_checks_are_emitted_once_per_module(matmul):
+    """The fast entry calls one copy of the torch argument checks for each argument."""
+    name = matmul.name
+    raw = matmul.get_source("ll-raw")
+    assert len(re.findall(rf'^define internal .*@"{name}_torch_arg"\(', raw, re.M)) == 1
+    entry = _functions(raw)[f"{name}_pyentry"]
+    calls = re.findall(rf'call .*@"{name}_torch_arg"\(.*$', entry, re.M)
+    assert len(calls) == 3 and all(c.endswith(" noinline") for c in calls)
+    getters = [len(re.findall(r"call i32 %", f))
+               for f in (entry, _functions(raw)[f"{name}_torch_arg"])]
+    assert getters == [0, 7]       # torch's getters, called through their cells

@@ -33,7 +33,7 @@ from ..ir.functor import free_vars
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
-from .llvm_expr import F64, I8, I32, I64, PTR
+from .llvm_expr import F64, I1, I8, I32, I64, PTR
 
 PY_INCREF = "tedsl_Py_IncRef"     # void Py_IncRef(PyObject *)
 PY_NONE = "tedsl_Py_None"         # the None object
@@ -155,7 +155,6 @@ class EntryEmitter:
         # (``TORCH_GETTERS``; 0 until torch is used), shared by every entry
         # (``tedsl.runtime.cpu._TORCH_CELLS``)
         torch = at(at(at(self_obj, 16, PTR), 8, PTR), 16, PTR)
-        scratch = b.alloca(I64) if any(isinstance(p, N.Buffer) for p in f.params) else None
         # numpy's array type object lives at an address of this process: read it from a
         # global, which a module loaded from the kernel cache sets for its own process
         nd_type = ir.GlobalVariable(self.module, I64, name=f"{self.name}_ndarray_type")
@@ -185,7 +184,15 @@ class EntryEmitter:
             from_nd = (at(obj, abi["data"], PTR), at(obj, abi["dims"], PTR), b.block)
             b.branch(join_bb)
             b.position_at_end(other_bb)
-            from_dl = self._torch_tensor(p, obj, ty, torch, scratch, at, check, p in written)
+            # the torch checks: one copy per module, called for every argument (a copy per
+            # argument costs LLVM's time; the direct call, a nanosecond)
+            spec = TORCH_DTYPES[p.dtype] | dt.itemsize(p.dtype) << 8 | (p in written) << 16
+            got = b.call(self._torch_reader(), [obj, ty, torch, ir.Constant(I64, spec),
+                                                ir.Constant(I64, len(p.shape))],
+                         attrs=("noinline",))
+            from_dl = (b.extract_value(got, 0), b.extract_value(got, 1))
+            check(b.icmp_unsigned("!=", from_dl[0], ir.Constant(PTR, None)))
+            from_dl += (b.block,)
             b.branch(join_bb)
             b.position_at_end(join_bb)
             data, dims = b.phi(PTR), b.phi(PTR)
@@ -256,23 +263,51 @@ class EntryEmitter:
             b.ret(none)
         self.b, self.fn, self.vars = saved
 
-    def _torch_tensor(self, p, obj, ty, cells, out, at, check, written):
-        """A ``torch.Tensor`` argument read through torch's getters on its ``at::Tensor``
-        (borrowed, so no reference count changes): returns ``(data, shape pointer, block)``
-        after checking device, layout, dtype, rank, C-contiguity, a data pointer and its
-        alignment.  A getter that fails (a tensor without storage) declines the call, and so
-        does a lazy negation or conjugation, and a tensor the kernel writes that requires
-        grad (``TORCH_IMPL``)."""
-        b = self.b
-        check(b.icmp_unsigned("==", ty, at(cells, 0, I64)))
-        handle = b.gep(obj, [ir.Constant(I64, THP_CDATA)], source_etype=I8)
-        impl = at(obj, THP_CDATA, PTR)
+    def _torch_reader(self):
+        """``{ptr, ptr} <name>_torch_arg(obj, type, cells, spec, rank)``, emitted once per
+        module: the data and shape pointers of a ``torch.Tensor`` argument the fast entry can
+        take, else nulls.  ``spec`` packs what it must be: torch's dtype code
+        (``TORCH_DTYPES``, bits 0-7), the item size (8-15) and whether the kernel writes it
+        (bit 16).  The tensor is read through torch's getters on its ``at::Tensor``
+        (borrowed, so no reference count changes): device, layout, dtype, rank,
+        C-contiguity, a data pointer and its alignment; it is declined also when a getter
+        fails (a tensor without storage), for a lazy negation or conjugation, and when the
+        kernel writes it and it requires grad (``TORCH_IMPL``)."""
+        fn = self.module.globals.get(f"{self.name}_torch_arg")
+        if fn is not None:
+            return fn
+        pair = ir.LiteralStructType([PTR, PTR])
+        fn = ir.Function(self.module, ir.FunctionType(pair, [PTR, I64, PTR, I64, I64]),
+                         name=f"{self.name}_torch_arg")
+        fn.linkage = "internal"
+        obj, ty, cells, spec, rank = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        out = b.alloca(I64)
+        declined = fn.append_basic_block("declined")
+        nulls = ir.Constant(pair, [None, None])
+        ir.IRBuilder(declined).ret(nulls)
+
+        def field(shift, bits):
+            v = b.lshr(spec, ir.Constant(I64, shift)) if shift else spec
+            return b.and_(v, ir.Constant(I64, (1 << bits) - 1))
+
+        def at(base, off, typ):
+            return b.load(b.gep(base, [off if isinstance(off, ir.Value) else
+                                       ir.Constant(I64, off)], source_etype=I8), typ=typ)
+
+        def check(cond):
+            ok = fn.append_basic_block("ok")
+            b.cbranch(cond, ok, declined)
+            b.position_at_end(ok)
 
         def cell(name, typ):
             return at(cells, 8 * (1 + len(TORCH_GETTERS) + TORCH_IMPL.index(name)), typ)
-        keyset = b.load(b.gep(impl, [cell("keyset_offset", I64)], source_etype=I8), typ=I64)
+        check(b.icmp_unsigned("==", ty, at(cells, 0, I64)))
+        handle = b.gep(obj, [ir.Constant(I64, THP_CDATA)], source_etype=I8)
+        impl = at(obj, THP_CDATA, PTR)
+        keyset = at(impl, cell("keyset_offset", I64), I64)
         check(b.icmp_unsigned("==", b.and_(keyset, cell("lazy_bits", I64)), ir.Constant(I64, 0)))
-        if written:
+        with b.if_then(b.trunc(field(16, 1), I1)):
             callee = copy.copy(cell("requires_grad", PTR))
             callee.type = ir.FunctionType(I8, [PTR])
             check(b.icmp_unsigned("==", b.call(callee, [impl]), ir.Constant(I8, 0)))
@@ -284,18 +319,17 @@ class EntryEmitter:
             check(b.icmp_signed("==", b.call(callee, [handle, out]), ir.Constant(I32, 0)))
             return b.load(out, typ=typ)
 
-        def want(name, typ, value):
-            check(b.icmp_signed("==", get(name, typ), ir.Constant(typ, value)))
-
-        want("aoti_torch_get_device_type", I32, TORCH_CPU)
-        want("aoti_torch_get_layout", I32, TORCH_STRIDED)
-        want("aoti_torch_get_dtype", I32, TORCH_DTYPES[p.dtype])
-        want("aoti_torch_get_dim", I64, len(p.shape))
+        check(b.icmp_signed("==", get("aoti_torch_get_device_type", I32),
+                            ir.Constant(I32, TORCH_CPU)))
+        check(b.icmp_signed("==", get("aoti_torch_get_layout", I32),
+                            ir.Constant(I32, TORCH_STRIDED)))
+        check(b.icmp_signed("==", b.zext(get("aoti_torch_get_dtype", I32), I64), field(0, 8)))
+        check(b.icmp_signed("==", get("aoti_torch_get_dim", I64), rank))
         check(b.icmp_unsigned("!=", get("aoti_torch_is_contiguous", I8), ir.Constant(I8, 0)))
         shape = get("aoti_torch_get_sizes", PTR)
         data = get("aoti_torch_get_data_ptr", PTR)
         addr = b.ptrtoint(data, I64)
-        size = dt.itemsize(p.dtype)
         check(b.icmp_unsigned("!=", addr, ir.Constant(I64, 0)))
-        check(b.icmp_unsigned("==", b.urem(addr, ir.Constant(I64, size)), ir.Constant(I64, 0)))
-        return data, shape, b.block
+        check(b.icmp_unsigned("==", b.urem(addr, field(8, 8)), ir.Constant(I64, 0)))
+        b.ret(b.insert_value(b.insert_value(nulls, data, 0), shape, 1))
+        return fn
