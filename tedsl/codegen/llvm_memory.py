@@ -76,8 +76,7 @@ class MemoryEmitter(ExprEmitter):
         hit = self._flat_memo.get(key)
         if hit is None:
             flat = flat_index(buf, indices)
-            dyn = any(isinstance(x, (N.BufferLoad, E.Call)) or type(x) is E.Cast and
-                      dt.is_float(x.value.dtype) for x in _nodes(flat))
+            dyn = _data_dependent(flat)
             hit = self._flat_memo[key] = (flat, buf, indices)
             self._flat_dyn[id(flat)] = (dyn, flat)
         return hit[0]
@@ -224,8 +223,22 @@ def _sfx(t):
     return f"i{t.width}"
 
 
+def _data_dependent(e):
+    """Whether an offset reads memory or converts a float: an index to check at run time."""
+    seen, stack = set(), [e]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is E.Var or t is E.Const or id(x) in seen:
+            continue
+        if isinstance(x, (N.BufferLoad, E.Call)) or t is E.Cast and dt.is_float(x.value.dtype):
+            return True
+        seen.add(id(x))
+        stack.extend(x.children())
+    return False
+
+
 def _nodes(e):
     out = []
-    from ..ir.functor import walk
     walk(e, out.append)
     return out
