@@ -188,3 +188,60 @@ def test_refused_tile_leaves_the_stage_unchanged(rng):
     c = rng.uniform(0.5, 1.5, 9).astype("float32")
     out = _run(s, [A, C, T3], [a, c], (9,), "float32")
     np.testing.assert_allclose(out, np.maximum(a, 0.25) + c, rtol=1e-6)
+
+
+def test_loop_over_ordering_values_of_a_coalesced_statement():
+    """Seed 1501, case 1690: an rfactor stage attached inside a tiled, parallel reduction
+    with symbolic sizes; its full and partial pieces (ordering values 0 and 1) were coalesced
+    by isl into one, and isl generated a loop over the ordering dimension (an internal error;
+    with the atomic option, an isl error in its coalescing). Each value is now a guarded copy."""
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, m), "int32", name="A")
+    k = te.reduce_axis((0, m), name="k")
+    T1 = te.compute((m,), lambda i: te.sum(A[i, k] // 2 + A[i, k] % 3, axis=k), name="T1")
+    T2 = te.compute((n, m, m), lambda i, j, l: A[j, l] + i, name="T2")
+    s = te.create_schedule([T1, T2])
+    s[T1].parallel(T1.op.axis[0])
+    io, ii = s[T1].split(T1.op.axis[0], factor=5)
+    T1_rf = s.rfactor(T1, T1.op.reduce_axis[0])
+    s[T1_rf].reorder(T1_rf.op.axis[0], io)
+    _, kvo, _, _ = s[T1].tile(T1.op.axis[0], s[T1].leaf_iter_vars[1], 16, 5)
+    s[T1_rf].unroll(ii)
+    s[T1_rf].compute_at(s[T1], kvo)
+    f = te.build(s, [A, T1, T2])
+    rng = np.random.default_rng(1690)
+    for mv, nv in ((4, 3), (23, 2)):
+        a = _ints(rng, (mv, mv))
+        o1, o2 = np.full(mv, POISON, "int32"), np.full((nv, mv, mv), POISON, "int32")
+        f(a, o1, o2)
+        a64 = a.astype(np.int64)
+        np.testing.assert_array_equal(o1, (a64 // 2 + a64 % 3).sum(axis=1))
+        np.testing.assert_array_equal(o2, a64[None] + np.arange(nv)[:, None, None])
+
+
+def test_unbound_size_refused_without_a_long_atomic_generation():
+    """Seed 1501, case 2666: a size used only by an intermediate tensor is refused at `lower`
+    ("pass it as an argument"). isl's atomic option, tried first, spent 27-115 s on this
+    schedule before the refusal; it is now tried only where the separate tree splits a
+    parallel loop, within an operation budget."""
+    n = te.var("n")
+    A = te.placeholder((24, 24), "int64", name="A")
+    T1 = te.compute((n, 24, 24), lambda i, j, l: A[j, l] + i, name="T1")
+    k2 = te.reduce_axis((0, n), name="k2")
+    T2 = te.compute((24, 24), lambda i, j: te.sum(T1[k2, i, j] - 2, axis=k2), name="T2")
+    k3 = te.reduce_axis((0, 24), name="k3")
+    T3 = te.compute((24,), lambda i: te.sum(T2[k3, i], axis=k3), name="T3")
+    s = te.create_schedule(T3)
+    io, jo, ii, ji = s[T2].tile(T2.op.axis[0], T2.op.axis[1], 32, 8)
+    s[T3].pragma(T3.op.reduce_axis[0], "unroll_explicit")
+    ko, _ = s[T3].split(T3.op.reduce_axis[0], factor=16)
+    s[T2].reorder(jo, ji, T2.op.reduce_axis[0])
+    s[T2].compute_at(s[T3], ko)
+    s[T2].reorder(io, T2.op.reduce_axis[0], ii, jo)
+    s[T1].compute_at(s[T2], jo)
+    s[T2].parallel(jo)
+    T3_rf = s.rfactor(T3, ko)
+    s[T2].fuse(ii, ji)
+    s[T2].compute_at(s[T3_rf], T3_rf.op.axis[1])
+    with pytest.raises(te.TedslError, match="variable n is used but is neither in args"):
+        te.build(s, [A, T3])

@@ -141,8 +141,9 @@ def children(node):
 # -- isl AST -> loop tree ---------------------------------------------------------------------
 
 class AstConverter:
-    def __init__(self, program, stmts=None, leaves=None):
+    def __init__(self, program, stmts=None, leaves=None, smap=None):
         self.program = program
+        self.smap = smap       # the schedule map generated (for loops over ordering values)
         self.stmts = stmts if stmts is not None else program.by_name   # isl name -> Statement
         self.leaves = leaves or {}   # isl name -> (loop-value Vars, iterator values over them)
         self.env = {}          # isl iterator name -> Var
@@ -206,6 +207,64 @@ class AstConverter:
             return self._first_stmt(node.mark_get_node())
         raise InternalError(f"unsupported isl AST node {t}")
 
+    def _ordering_loop(self, node, it, dim):
+        """A loop isl generated over ordering values (a statement's pieces at ordering values
+        0 and 1 that isl coalesced into one piece, the values a dimension of it): each value
+        the statements under the loop take there, in order, as a guarded copy of the body."""
+        names = set()
+
+        def walk(n):
+            t = n.get_type()
+            if t == isl.ast_node_type.user:
+                names.add(n.user_get_expr().get_op_arg(0).get_id().get_name())
+            elif t == isl.ast_node_type.for_:
+                walk(n.for_get_body())
+            elif t == isl.ast_node_type.if_:
+                walk(n.if_get_then_node())
+                if n.if_has_else_node():
+                    walk(n.if_get_else_node())
+            elif t == isl.ast_node_type.block:
+                ch = n.block_get_children()
+                for i in range(ch.n_ast_node()):
+                    walk(ch.get_at(i))
+            elif t == isl.ast_node_type.mark:
+                walk(n.mark_get_node())
+        walk(node.for_get_body())
+        vals = self._ordering_values(names, dim)
+        if vals is None or node.for_get_inc().get_val().to_python() != 1:
+            raise InternalError(f"isl generated a loop for ordering dimension {dim}")
+        lo = self.expr(node.for_get_init())
+        copies = []
+        for v in vals:
+            self.env[it] = E.Const(v, "int64")
+            cond = E.logical("and", E.compare("le", lo, E.Const(v, "int64")),
+                             E.as_bool(self.expr(node.for_get_cond())))
+            copies.append(If(cond, self.node(node.for_get_body()), None))
+        return Block(tuple(copies))
+
+    def _ordering_values(self, names, dim):
+        """The constant values at schedule dimension ``dim`` of the statements ``names``
+        (ascending), or None when they are not a small set of constants."""
+        if self.smap is None:
+            return None
+        S = isl.dim_type.set
+        rng = []
+        self.smap.foreach_map(lambda m: rng.append(m.range()) if m.get_tuple_name(
+            isl.dim_type.in_) in names else None)
+        if not rng:
+            return None
+        r = rng[0]
+        for x in rng[1:]:
+            r = r.union(x)
+        n = r.dim(S)
+        r = r.project_out(S, dim + 1, n - dim - 1).project_out(S, 0, dim)
+        r = r.project_out(isl.dim_type.param, 0, r.dim(isl.dim_type.param))
+        # the pieces' existential variables hide the bounds from is_bounded: ask isl
+        # whether the values lie in 0..7 (exact), then which of them occur
+        if r.is_empty() or not r.is_subset(isl.Set("{ [x] : 0 <= x <= 7 }")):
+            return None
+        return [v for v in range(8) if not r.intersect(isl.Set(f"{{ [{v}] }}")).is_empty()]
+
     def node(self, node):
         t = node.get_type()
         if t == isl.ast_node_type.block:
@@ -234,7 +293,7 @@ class AstConverter:
             stmt = self._first_stmt(node.for_get_body())
             entry = stmt.sched[dim]
             if isinstance(entry, int):
-                raise InternalError(f"isl generated a loop for ordering dimension {dim}")
+                return self._ordering_loop(node, it, dim)
             iv = entry[0]
             stage = self.program.iv_stage.get(iv, stmt.stage)
             var = E.Var(self._fresh(iv.name if len(entry) == 2 else f"{iv.name}.{entry[2]}",
@@ -806,18 +865,39 @@ def generate(program):
         # statements run in all its iterations (_pieces keeps them one statement)
         dims = ", ".join(f"t{d}" for d in range(width))
         options = isl.UnionMap(f"{{ [{dims}] -> separate[x] }}")
+        tree = _convert(build.set_options(options), smap, program, pieces, leaves)
+        if _inside_parallel_loops(tree, program):
+            return tree
+        # isl split a parallel loop: atomic at that loop only where separate dropped it (its
+        # option domains can make generation many times slower, fuzz seed 1501 case 2666)
         atomic = _one_parallel_loop(options, program, pieces, smap, width)
         if atomic is not options:
-            tree = _convert(build.set_options(atomic), smap, program, pieces, leaves)
-            if _inside_parallel_loops(tree, program):
-                return tree
-        build = build.set_options(options)
+            ctx = smap.get_ctx()
+            ctx.reset_operations()
+            ctx.set_max_operations(ATOMIC_OPERATIONS)
+            try:
+                other = _convert(build.set_options(atomic), smap, program, pieces, leaves)
+            except isl.Error:
+                # isl's coalescing can fail on the atomic option domains (an internal
+                # tableau check, fuzz seed 1501 case 1690): the separate tree is correct
+                other = None
+            finally:
+                ctx.set_max_operations(0)
+            if other is not None and _inside_parallel_loops(other, program):
+                return other
+        return tree
     return _convert(build, smap, program, pieces, leaves)
+
+
+# isl's operation budget for the atomic retry (deterministic, unlike a clock): about 3 s;
+# the largest the test suite's kernels need is between 1 and 2 million
+ATOMIC_OPERATIONS = 5_000_000
 
 
 def _convert(build, smap, program, pieces, leaves):
     node = build.node_from_schedule_map(smap)
-    return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves).node(node)
+    return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves,
+                        smap).node(node)
 
 
 def _inside_parallel_loops(tree, program):

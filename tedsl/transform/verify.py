@@ -58,6 +58,22 @@ def check(func, after="lowering"):
     def buffers_of(e, out):
         walk(e, lambda x: out.append(x.buffer) if type(x) is N.BufferLoad else None)
 
+    seen = []
+
+    def binders():
+        """Every variable a loop or let of the function binds (computed on first use)."""
+        if not seen:
+            out = set()
+
+            def visit(s):
+                if type(s) in (N.For, N.LetStmt):
+                    out.add(s.var)
+                for k in N.stmt_children(s):
+                    visit(k)
+            visit(func.body)
+            seen.append(out)
+        return seen[0]
+
     def go(s, bound, live):
         t = type(s)
         used, bufs = [], []
@@ -69,6 +85,8 @@ def check(func, after="lowering"):
         map_exprs(s, see)
         for v in used:
             if v not in bound and v not in known:
+                if v not in binders():
+                    check_defined(func)     # bound nowhere: a size the caller did not pass
                 fail(f"variable {v.name} is used outside any loop or let that defines it")
         if t is N.Store:
             bufs.append(s.buffer)
