@@ -194,7 +194,10 @@ def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
         Calls per contender and round; the round keeps their median.
     settle : float
         Pause (seconds) before each contender: worker threads of the previous one (OpenBLAS,
-        OpenMP) keep spinning for a while and on two cores would steal a core.
+        OpenMP) keep spinning for a while and on two cores would steal a core.  One untimed
+        call follows the pause: after it, a worker thread that went to sleep can take
+        milliseconds to run again on this virtual machine (a 2-thread call of a 0.13 ms GEMM
+        took 4-7 ms in about half the rounds), which would time the wake-up, not the kernel.
 
     Returns
     -------
@@ -208,6 +211,7 @@ def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
                 if set_threads is not None:
                     set_threads(nt)
                 time.sleep(settle)
+                fn()
                 ts = []
                 for _ in range(calls):
                     t = time.perf_counter()

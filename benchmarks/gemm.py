@@ -221,8 +221,9 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
     png = save_plot(HERE / "gemm_sweep.png", series, "n (n×n×n float32)", "GFLOP/s",
                     "GEMM: tedsl (benchmark schedule) vs numpy")
     tiles = sorted({"×".join(map(str, gemm_tile(n=n, m=m, k=k)[:2])) for m, n, k in results})
-    note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each, 0.15 s pause "
-            f"before each contender); numpy's OpenBLAS thread count set to match. Schedule "
+    note = (f"Medians of {rounds} interleaved rounds (the median of 3 calls each, after a 0.15 s "
+            f"pause and one untimed call per contender: a worker thread that slept can take "
+            f"milliseconds to run again on this virtual machine); numpy's OpenBLAS thread count set to match. Schedule "
             f"(tile detected from the SIMD width, register count and L2 size: the wide one "
             f"when A does not fit in L2): {' or '.join(tiles)} register tile, k unrolled by "
             f"{KU}, panels of tile-width columns of B in parallel, each packed "
