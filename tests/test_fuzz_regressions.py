@@ -245,3 +245,25 @@ def test_unbound_size_refused_without_a_long_atomic_generation():
     s[T2].compute_at(s[T3_rf], T3_rf.op.axis[1])
     with pytest.raises(te.TedslError, match="variable n is used but is neither in args"):
         te.build(s, [A, T3])
+
+
+def test_mod_cancelled_by_an_earlier_mod_expansion():
+    """Seed 1701, cases 3915 and 10145: a transposed reader attached over a tile-of-fused
+    loop; expanding one `x % k` cancelled another mod term of the sum and the simplifier
+    raised a raw KeyError."""
+    A = te.placeholder((17, 17), "float64", name="A")
+    k = te.reduce_axis((0, 17), name="k")
+    T1 = te.compute((17,), lambda i: te.sum(te.if_then_else(k <= i, A[i, k], 0.0), axis=k),
+                    name="T1")
+    T3 = te.compute((17, 17), lambda i, j: T1[i] * 2, name="T3")
+    T4 = te.compute((17, 17), lambda i, j: T3[j, i], name="T4")
+    s = te.create_schedule(T4)
+    jo, io, ji, ii = s[T3].tile(T3.op.axis[1], T3.op.axis[0], 16, 8)
+    s[T3].compute_at(s[T4], T4.op.axis[0])
+    s[T3].fuse(io, ji, ii)
+    f = te.build(s, [A, T4])
+    a = np.random.default_rng(3915).standard_normal((17, 17))
+    out = np.full((17, 17), np.nan)
+    f(a, out)
+    t1 = np.tril(a).sum(axis=1)
+    np.testing.assert_allclose(out, np.broadcast_to(2 * t1[None, :], (17, 17)), rtol=1e-12)

@@ -194,7 +194,9 @@ def _expand_mods(lin):
         inner = _lin(v.expr.a, True)
         if inner is None:
             continue
-        c = out.pop(v)
+        c = out.pop(v, 0)
+        if not c:               # cancelled by an earlier expansion (a mod inside another)
+            continue
         k = v.expr.b.value
         for w, x in inner[0].items():
             out[w] = out.get(w, 0) + c * x
