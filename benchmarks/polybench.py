@@ -66,9 +66,12 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   The chain of sweeps now inlines every other one (5 evaluations per point, not 25) and
   keeps the others as whole stages.
 - **atax, bicg** (two reductions over the same matrix, one along rows and one along
-  columns): each reduction streams the matrix on its own (twice the memory traffic of one
-  pass); missing: a rule that fuses reductions sharing a large operand into one pass over
-  it, the column reduction privatized per thread (rfactor over row blocks).  The column
+  columns): atax's row reduction `tmp = A x`, read only by the column reduction
+  `y = A^T tmp`, runs per block of 8 rows inside the column reduction's row loop, the rows
+  split among the threads by rfactor (tedsl/auto/sweep.py): `A` is read from memory once.
+  bicg's two reductions are both outputs, which the schedule computes at the root: each
+  still streams the matrix on its own (missing: a primitive computing one output inside
+  another's loops, as TVM's `compute_with`).  The column
   reduction sweeps each row in runs of up to 4 KB with a row of accumulators in L1, 4 rows
   per step (a register tile of 32 columns read two cache lines per row, every row a page
   apart); the row reduction keeps 4 vector chains.

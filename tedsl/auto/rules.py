@@ -31,7 +31,11 @@
    copy-out (``alpha * A[i, k] * B[k, j]``, knob ``<stage>.scale_out``); a reduction with no
    row reuse that walks down a matrix's columns (``y[j] = sum_i A[i, j] x[i]``) sweeps the
    rows in runs of up to ``SWEEP_BYTES`` with a row of accumulators in L1 (``column_sweep``),
-   and the tile loops in the order the footprint model prefers, one of them parallel.  When
+   and the tile loops in the order the footprint model prefers, one of them parallel; when
+   it reads a row reduction of the same matrix that nothing else reads (atax's
+   ``A^T (A x)``) and the matrix does not fit in L2, that reduction runs per block of rows
+   inside the sweep's row loop, the rows split among the threads by ``rfactor``: the matrix
+   read from memory once (``sweep.py``, knob ``<stage>.fuse_rows``).  When
    the last axis is short and no whole number of vectors (a convolution's output rows) the
    columns run along another axis of whole vectors that the reused operand indexes plainly
    (output channels: weights packed into channel panels), the accumulators laid out with
@@ -59,14 +63,16 @@ from ..te.tensor import ComputeOp, ScanOp
 from . import model
 from .graph import const_int, has_call, loads_of, numel, same_dim
 from .pack import cache_write_as, const_factor, pack_dim, pack_operand
+from .sweep import matrix_bytes, row_partner
 from .triangle import box_host, box_tiles, fusable_host, plain_loads, where_constraints
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
 SWEEP_BYTES = 4096         # a column sweep's row of accumulators (L1)
 VECTOR_CHAINS = 4          # independent vector accumulators of a row statistic (4-cycle latency)
+FUSED_ROWS = 8             # rows of a fused sweep's block (sweep.py): read twice, from L1
 KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_cols",
          "unroll_k", "pack", "pack_rows", "order", "fuse_consumer",
-         "box", "scale_out")     # every knob of a stage
+         "box", "scale_out", "fuse_rows")     # every knob of a stage
 
 
 class Knobs:
@@ -244,6 +250,8 @@ class Sketch:
             if id(op) in self.done or self.g.kind(op) != "reduction" or len(op.outputs) != 1:
                 continue
             if op.axis and not self.small_data(op):
+                if self.fuse_rows(op):
+                    continue
                 if self.strided_rows(op) and \
                         self.k(f"{self.label[id(op)]}.row_reduce", True, [False]):
                     self.row_reduce(op)
@@ -461,6 +469,45 @@ class Sketch:
         maybe_parallel(st, loops[0] if len(loops) > 1 else ro, None)
 
     # 3 -----------------------------------------------------------------------------------------
+    def fuse_rows(self, op):
+        """A column reduction reading a row statistic of the same matrix (atax's ``A^T (A x)``,
+        ``sweep.py``): the statistic computed per block of ``FUSED_ROWS`` rows inside the
+        column reduction's row loop, so the matrix is read from memory once, the rows split
+        among the threads by ``rfactor`` (knob ``<stage>.fuse_rows``, on when the matrix
+        does not fit in L2).  Returns whether it scheduled ``op``."""
+        found = row_partner(self.g, op, lambda p: id(p) not in self.done and
+                            id(p) not in self.inlined)
+        if found is None:
+            return False
+        P, A = found
+        lab = self.label[id(op)]
+        if not self.k(f"{lab}.fuse_rows", matrix_bytes(A) > self.m.l2,
+                      [matrix_bytes(A) <= self.m.l2]):
+            return False
+        s, lanes, t = self.s, self.lanes(op), self.m.threads
+        rows = self.k(f"{lab}.tile_rows", FUSED_ROWS, [4, 16])
+        st = s[op]
+        if t > 1 and ext_of(op.reduce_axis[0]) >= 2 * t * rows:
+            io, _ = st.split(op.reduce_axis[0], nparts=t)
+            rf = s.rfactor(op.output(0), io)
+            rs, lead, col, red = s[rf], rf.op.axis[0], rf.op.axis[1], rf.op.reduce_axis[0]
+        else:
+            rs, lead, col, red = st, None, op.axis[0], op.reduce_axis[0]
+        ib, ii = rs.split(red, factor=rows)
+        jo, jv = split_vector(rs, col, lanes)
+        rs.reorder(*[l for l in (lead, ib, jo, ii, jv) if l is not None])
+        try_(rs.unroll, ii)
+        for r in self.vector_rfactor(P, VECTOR_CHAINS):
+            s[r].compute_at(s[P], P.axis[0])
+        s[P].compute_at(rs, ib)
+        if lead is not None:
+            maybe_parallel(rs, lead, None)
+            fin = s[op]     # the threads' partial rows summed, vectorized along the columns
+            o, i = split_vector(fin, fin.op.axis[0], lanes)
+            fin.reorder(*[l for l in (o, *fin.op.reduce_axis, i) if l is not None])
+        self.done.update((id(op), id(P)))
+        return True
+
     def small_data(self, op):
         """Too few outputs to run in parallel but a long reduction (a dot product, a norm)."""
         n = numel(op.shape)
