@@ -49,7 +49,7 @@ from ..te.tensor import PlaceholderOp, Tensor
 from . import database
 from .measure import compare, const_shape, poisoned, random_array
 from .model import CostModel
-from .workers import Worker, wait
+from .workers import Worker, Zygote, wait
 
 
 # -- pickling a compute definition for the worker processes ----------------------------------
@@ -470,12 +470,13 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         name = "kernel"
     blob = _pickled(outs)
     n_build = builders or max(1, os.cpu_count() or 1)
-    build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build)
-                for _ in range(n_build)]
-    # the reference outputs reach the measuring process with its first candidate
-    measure_w = Worker(_measure_init, (blob, None, seed, rtol, repeat_ms), _measure)
     start = time.monotonic()
     cpu0 = time.process_time()
+    zygote = Zygote()        # imports tedsl once; the workers are forks of it
+    build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build, zygote)
+                for _ in range(n_build)]
+    # the reference outputs reach the measuring process with its first candidate
+    measure_w = Worker(_measure_init, (blob, None, seed, rtol, repeat_ms), _measure, zygote)
     for w in build_ws + [measure_w]:
         w.start()      # the workers start up while the space and the reference are made here
     try:
@@ -490,6 +491,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     except BaseException:
         for w in build_ws + [measure_w]:
             w.stop()
+        zygote.stop()
         raise
     default = {k: v[0] for k, v in space.items()}
     history, failures = [], []
@@ -613,6 +615,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     finally:
         for w in build_ws + [measure_w]:
             w.stop()
+        zygote.stop()
     elapsed = time.monotonic() - start
     phases["search"] = time.process_time() - cpu0
     if show is not None:

@@ -9,11 +9,20 @@ The parent waits on all its workers at once (:func:`wait`).  A child that dies (
 kernel, an abort in LLVM) reports its task as failed with the signal; a task running longer
 than its timeout is failed as a timeout and the child is killed; either way a fresh child is
 started for the next task.
+
+A search starts its workers through a :class:`Zygote`: one fresh interpreter that imports
+tedsl once and forks a worker per request (a fork of a process that never ran a kernel, loaded
+OpenMP or started LLVM, so OpenMP works in the workers as in a fresh interpreter).  Starting a
+worker then costs a fork instead of an interpreter and tedsl's imports (a third of a second of
+CPU each, which the workers of a search paid together at its start); a restarted worker (after
+a crash) is forked too.  Without a zygote (or when it is gone) a worker is started as a fresh
+interpreter.
 """
 import multiprocessing.connection as mpc
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -22,6 +31,10 @@ from .measure import _describe
 
 _CHILD = ("import sys; from tedsl.tune.workers import child_main; "
           "child_main(int(sys.argv[1]))")
+_ZYGOTE = ("import sys; from tedsl.tune.workers import zygote_main; "
+           "zygote_main(int(sys.argv[1]))")
+_PRELOAD = ("tedsl", "tedsl.auto", "tedsl.driver", "tedsl.tune.auto", "llvmlite.binding")
+_REPLY = struct.Struct("qq")          # a reply of the zygote: two integers
 
 
 def child_main(fd):
@@ -34,6 +47,148 @@ def child_main(fd):
         conn.send((None, False, _describe(err)))
         os._exit(0)
     _serve(conn, init, init_args, fn)
+
+
+def zygote_main(fd):
+    """Entry point of a zygote: import what workers use, then fork a worker per request.
+
+    Requests (on the socket ``fd``): ``b"s"`` with a socket's descriptor attached: fork a
+    worker serving on it (reply ``(pid, 0)``); ``b"p" + pid``: whether that worker ended
+    (reply ``(1, returncode)`` once it did, the zombie then reaped; ``(0, 0)`` before).  A
+    worker stays a zombie until the parent has seen it end, so that its pid is never reused
+    while the parent may still signal it."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import importlib
+    for name in _PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    ctl = socket.socket(fileno=fd)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 16, 1)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        if msg[:1] == b"s" and fds:
+            pid = os.fork()
+            if pid == 0:
+                ctl.close()
+                child_main(fds[0])
+                os._exit(0)
+            os.close(fds[0])
+            reply = (pid, 0)
+        elif msg[:1] == b"p":
+            (pid,) = struct.unpack("q", msg[1:9])
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            reply = (1, os.waitstatus_to_exitcode(status)) if got == pid else (0, 0)
+        else:
+            for f in fds:
+                os.close(f)
+            reply = (0, 0)
+        try:
+            ctl.sendall(_REPLY.pack(*reply))
+        except OSError:
+            os._exit(0)
+
+
+class Zygote:
+    """The parent's handle of a zygote (see the module docstring); :meth:`spawn` returns a
+    process handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``, ``kill``)."""
+
+    def __init__(self):
+        mine, theirs = socket.socketpair()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        fd = theirs.fileno()
+        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(fd)], pass_fds=[fd],
+                                     env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.sock = mine
+        self.pending = []            # handles waiting for their reply, in request order
+
+    def _request(self, msg, fds=()):
+        """Send a request; its reply is read later, in order (the zygote may still be
+        importing: a spawn does not wait for it)."""
+        if fds:
+            socket.send_fds(self.sock, [msg], list(fds))
+        else:
+            self.sock.sendall(msg)
+        box = []
+        self.pending.append(box)
+        return box
+
+    def _answer(self, box, timeout=60.0):
+        """The reply of ``box``'s request (the replies before it are read on the way)."""
+        self.sock.settimeout(timeout)
+        try:
+            while not box:
+                data = b""
+                while len(data) < _REPLY.size:
+                    chunk = self.sock.recv(_REPLY.size - len(data))
+                    if not chunk:
+                        raise OSError("the zygote process ended")
+                    data += chunk
+                self.pending.pop(0).append(_REPLY.unpack(data))
+        finally:
+            self.sock.settimeout(None)
+        return box[0]
+
+    def spawn(self, fd):
+        """Fork a worker serving on the socket ``fd`` (the caller closes its copy)."""
+        if self.proc.poll() is not None:
+            raise OSError("the zygote process ended")
+        return _Forked(self, self._request(b"s", [fd]))
+
+    def stop(self):
+        """End the zygote (and with it, by their death signal, the workers it forked)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.sock.close()
+
+
+class _Forked:
+    """A worker forked by a :class:`Zygote`, handled like a ``subprocess.Popen``."""
+
+    def __init__(self, zygote, box):
+        self.zygote, self.box = zygote, box
+        self.returncode = None
+
+    @property
+    def pid(self):
+        return self.zygote._answer(self.box)[0]
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                done, code = self.zygote._answer(
+                    self.zygote._request(b"p" + struct.pack("q", self.pid)))
+            except OSError:          # the zygote is gone, and its workers with it
+                done, code = 1, -signal.SIGKILL
+            if done:
+                self.returncode = code
+        return self.returncode
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("worker", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self):
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def _die_with_parent():
@@ -87,10 +242,13 @@ class Worker:
         Pickled to each child.
     fn : callable
         ``fn(state, task) -> result`` (module-level, picklable).
+    zygote : Zygote, optional
+        Fork the child from this zygote (a fresh interpreter without it, or when it is gone).
     """
 
-    def __init__(self, init, init_args, fn):
+    def __init__(self, init, init_args, fn, zygote=None):
         self.init, self.init_args, self.fn = init, init_args, fn
+        self.zygote = zygote
         self.proc = self.conn = None
         self.trace = None
         self.task = self.payload = None
@@ -101,10 +259,17 @@ class Worker:
 
     def start(self):
         mine, theirs = socket.socketpair()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         fd = theirs.fileno()
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(fd)], pass_fds=[fd],
-                                     env=env, stdin=subprocess.DEVNULL)
+        self.proc = None
+        if self.zygote is not None:
+            try:
+                self.proc = self.zygote.spawn(fd)
+            except OSError:
+                self.zygote = None
+        if self.proc is None:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+            self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(fd)],
+                                         pass_fds=[fd], env=env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = mpc.Connection(mine.detach())
         self.conn.send((self.init, self.init_args, self.fn))
@@ -144,6 +309,11 @@ class Worker:
         how = (f"the process was killed by signal {-code} ({signal.Signals(-code).name})"
                if code is not None and code < 0 else f"the process exited with status {code}")
         tid = self.task
+        if not self.ready and tid is None and isinstance(self.proc, _Forked) and \
+                self.zygote.proc.poll() is not None:
+            self.zygote = None                  # the zygote is gone: a fresh interpreter
+            self.restart()
+            return None
         if not self.ready and tid is None:
             self.init_error = f"the worker process ended while starting ({how})"
             self.stop()
