@@ -359,3 +359,120 @@ def test_vectorized_strided_region_says_why_it_runs_scalar():
     out = np.full(3, np.nan, dtype="float32")
     f(a, out)
     np.testing.assert_allclose(out, [2 * a[1], 2 * a[0] + 2 * a[2], 2 * a[1]])
+
+
+# -- fuzz seed 1701: loops that isl emitted as separate copies ---------------------------------
+
+def test_parallel_tile_loop_inside_a_vectorized_loop_keeps_its_partial_tile(rng):
+    """vectorize(i) outermost, j split by 8 of 9 with the inner part unrolled and the outer
+    part parallel (case 5116): the cut of j.outer into its full and partial tile is whole
+    iterations of the parallel loop, which stays one loop (it was two serial copies)."""
+    A = te.placeholder((9, 9), "float64", name="A")
+    B = te.placeholder((9, 9), "float64", name="B")
+    T1 = te.compute((9, 9), lambda i, j: A[i, j] - B[i, j], name="T1")
+    s = te.create_schedule(T1)
+    s[T1].vectorize(T1.op.axis[0])
+    jo, ji = s[T1].split(T1.op.axis[1], factor=8)
+    s[T1].pragma(ji, "unroll_explicit")
+    s[T1].parallel(jo)
+    text = str(te.lower(s, [A, B, T1]))
+    assert _loops(text, "j.outer") == [("parallel", "0, 2")], text
+    a, b = rand(rng, (9, 9), "float64"), rand(rng, (9, 9), "float64")
+    check_threads(s, [A, B, T1], [a, b], a - b, rtol=1e-12, atol=0)
+
+
+def test_parallel_tile_loop_of_an_attached_stage_with_few_rows(rng):
+    """A stage attached at a fused loop of its reader, its rows tiled by 4 with the row tile
+    loop parallel (case 7522): one or two row tiles per iteration, which isl emitted as
+    separate copies with no loop; atomic generation keeps the parallel loop."""
+    A = te.placeholder((7, 7), "int64", name="A")
+    T1 = te.compute((7, 7), lambda i, j: te.max(A[j, i], 1) * 2, name="T1")
+    T2 = te.compute((7, 7), lambda i, j: te.if_then_else(i >= 1, T1[i - 1, j], 0) +
+                    te.if_then_else(te.all(i + 1 < 7, j >= 1), T1[i + 1, j - 1], 0), name="T2")
+    T3 = te.compute((7, 7), lambda i, j: te.if_then_else(j + 1 < 7, T2[i, j + 1], 0) * 3,
+                    name="T3")
+    s = te.create_schedule(T3)
+    s[T1].parallel(T1.op.axis[0])
+    fused = s[T2].fuse(*T2.op.axis)
+    s[T3].parallel(s[T3].fuse(*T3.op.axis))
+    s[T1].compute_at(s[T2], fused)
+    s[T1].tile(T1.op.axis[0], T1.op.axis[1], 4, 5)
+    text = str(te.lower(s, [A, T3]))
+    assert [k for k, _ in _loops(text, "i.outer")] == ["parallel"], text
+    a = rand(rng, (7, 7), "int64")
+    t1 = np.maximum(a.T, 1) * 2
+    t2 = np.zeros_like(t1)
+    t2[1:] += t1[:-1]
+    t2[:-1, 1:] += t1[1:, :-1]
+    t3 = np.zeros_like(t2)
+    t3[:, :-1] = t2[:, 1:] * 3
+    check_threads(s, [A, T3], [a], t3, rtol=0, atol=0)
+
+
+def test_parallel_loop_over_two_rows_of_different_columns(rng):
+    """A cache_read computed per row of its reader, for rows i and i + 2 over columns shifted
+    by one (case 5558): no strided hull holds both, and isl emitted the rows as two copies;
+    atomic generation keeps the parallel row loop."""
+    n = te.var("n")
+    A = te.placeholder((10, n + 2), "int64", name="A")
+    T2 = te.compute((10, n + 2), lambda i, j: A[i, j] * 2 + 1, name="T2")
+    T3 = te.compute((8, n), lambda i, j: T2[i, j] + T2[i + 2, j + 1], name="T3")
+    s = te.create_schedule(T3)
+    L = s.cache_read(T2, "local", [T3])
+    s[L].compute_at(s[T3], T3.op.axis[0])
+    s[L].parallel(L.op.axis[0])
+    text = str(te.lower(s, [A, T3]))
+    assert [k for k, _ in _loops(text, "ax0")] == ["parallel"], text
+    a = rand(rng, (10, 13), "int64")
+    t2 = a * 2 + 1
+    check_threads(s, [A, T3], [a], t2[:8, :11] + t2[2:10, 1:12], rtol=0, atol=0)
+
+
+def test_parallel_fused_loop_over_three_corners_of_a_stencil(rng):
+    """A stage read at three corners of a 3x3 window, attached at the reader's column loop,
+    its two loops fused and parallel (case 4949): the three points were three statements
+    with no loop; the parallel loop now runs over them with a test per point."""
+    A = te.placeholder((12, 9), "float32", name="A")
+    T2 = te.compute((14, 9), lambda i, j: te.if_then_else(i < 12, A[te.min(i, 11), j], 0.0) *
+                    3 + 1, name="T2")
+    T3 = te.compute((12, 9), lambda i, j: te.if_then_else(
+        te.all(i >= 1, j + 1 < 9), T2[i - 1, j + 1], 0.0) * 3 + te.if_then_else(
+        te.all(i + 1 < 12, j >= 1), T2[i + 1, j - 1], 0.0) + te.if_then_else(
+        te.all(i + 1 < 12, j + 1 < 9), T2[i + 1, j + 1], 0.0) * 2, name="T3")
+    s = te.create_schedule(T3)
+    fused = s[T2].fuse(*T2.op.axis)
+    s[T2].compute_at(s[T3], T3.op.axis[1])
+    s[T2].parallel(fused)
+    text = str(te.lower(s, [A, T3]))
+    assert [k for k, _ in _loops(text, fused.name)] == ["parallel"], text
+    a = rand(rng, (12, 9))
+    t2 = np.zeros((14, 9), "float64")
+    t2[:12] = a.astype(np.float64) * 3 + 1
+    t2[12:] = 1
+    ref = np.zeros((12, 9))
+    ref[1:, :-1] += 3 * t2[:11, 1:]
+    ref[:-1, 1:] += t2[1:12, :-1]
+    ref[:-1, :-1] += 2 * t2[1:12, 1:]
+    check_threads(s, [A, T3], [a], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_vectorized_inner_tile_loop_over_a_diagonal_footprint(rng):
+    """A stage read at (i, j), (i + 1, j + 1) and (i + 1, j + 2), attached at the reader's
+    column loop and tiled with the inner column loop vectorized (case 7687): row i + 1 has
+    two points, which isl emitted as two statements with no loop; the vectorized loop is
+    kept (with a test per point)."""
+    A = te.placeholder((13, 13), "int32", name="A")
+    T1 = te.compute((13, 13), lambda i, j: A[i, j] * 2 - 1, name="T1")
+    T2 = te.compute((11, 11), lambda i, j: T1[i, j] + T1[i + 1, j + 1] * 3 +
+                    T1[i + 1, j + 2] * 3, name="T2")
+    s = te.create_schedule(T2)
+    L = s.cache_read(T1, "global", [T2])
+    _, _, _, a1i = s[L].tile(L.op.axis[0], L.op.axis[1], 7, 16)
+    s[L].compute_at(s[T2], T2.op.axis[1])
+    s[L].vectorize(a1i)
+    text = str(te.lower(s, [A, T2]))
+    assert [k for k, _ in _loops(text, a1i.name)] == ["vectorized"], text
+    a = rand(rng, (13, 13), "int32")
+    t1 = a * 2 - 1
+    check_kernel(s, [A, T2], [a], t1[:11, :11] + t1[1:12, 1:12] * 3 + t1[1:12, 2:13] * 3,
+                 rtol=0, atol=0)

@@ -535,13 +535,18 @@ def _pieces(program, width):
             continue
         smap = s.schedule_map(program, width)
         space = smap.range().get_space()
-        pd = next((d for d in range(len(s.sched)) if _one_loop(program, s, d)), None)
+        ones = [d for d in range(len(s.sched)) if _one_loop(program, s, d)]
         heres, inner = [], []
         for e, one in mine:
             h = one.insert_dims(isl.dim_type.set, 0, e).add_dims(isl.dim_type.set,
                                                                  width - e - 1)
-            whole = _by_parallel_loop(smap.range(), h, pd) if pd is not None and e >= pd \
-                else None
+            # the innermost loop that must stay one loop at or above the cut whose
+            # iterations the cut's parts are (a parallel loop inside a vectorized one too)
+            whole = pd = None
+            for pd in (d for d in reversed(ones) if d <= e):
+                whole = _by_parallel_loop(smap.range(), h, pd)
+                if whole is not None:
+                    break
             if whole is None:
                 heres.append(h)
                 continue
@@ -587,7 +592,7 @@ def _pieces(program, width):
     return out, par
 
 
-def _one_parallel_loop(options, program, pieces, smap, width):
+def _one_parallel_loop(options, program, pieces, smap, width, lost=frozenset()):
     """``options`` with ``atomic`` instead of ``separate`` at the schedule points of every
     loop that must stay one loop (:func:`_one_loop`), in every statement.  A partial tile met in only some
     iterations of a parallel loop (the last row tile, in the last of the loop's values) is a
@@ -602,7 +607,8 @@ def _one_parallel_loop(options, program, pieces, smap, width):
     alone (the same loops come out)."""
     S = isl.dim_type.set
     for name, (s, _dom) in pieces.items():
-        dims = [d for d in range(min(width, len(s.sched))) if _one_loop(program, s, d)]
+        dims = [d for d in range(min(width, len(s.sched))) if _one_loop(program, s, d)
+                or not isinstance(s.sched[d], int) and s.sched[d][0] in lost]
         pts = _range_of(smap, name) if dims else None
         if pts is None:
             continue
@@ -837,9 +843,34 @@ def _leaf_space(program, s, width):
 
 
 def generate(program):
-    """Run isl's AST generator on the program's schedule; returns the loop tree."""
+    """Run isl's AST generator on the program's schedule; returns the loop tree.
+
+    The tree is read back into isl (:mod:`tedsl.poly.astcheck`): every instance of every
+    statement must run exactly once.  isl's default generation once left out instances
+    (fuzz seed 1701, a tiled stage computed at a fused loop); a tree that fails the check
+    is generated again with isl's ``atomic`` and then ``separate`` options at every
+    dimension, and a schedule none of them generates correctly is refused."""
+    from . import astcheck
     if not program.statements:
         return Block(())
+    tree = _generate(program, None)
+    problems = astcheck.check(program, tree)
+    if not problems:
+        return tree
+    for mode in ("atomic", "separate"):
+        other = _generate(program, mode)
+        if astcheck.check(program, other) == []:
+            return other
+    raise InternalError(
+        "isl's AST generator produced loops that do not run every instance exactly once ("
+        + "; ".join(problems[:2]) + "); change the schedule (another split factor or "
+        "attach point) and report this schedule as a bug")
+
+
+def _generate(program, mode):
+    """The loop tree from isl's AST generator; ``mode``: None (separate full tiles from
+    partial ones where a loop wants constant trip counts, isl's defaults elsewhere), or
+    ``"atomic"`` / ``"separate"`` at every dimension."""
     check_shifted_tails(program)
     width = program.sched_width()
     pieces, shifts = _pieces(program, width)
@@ -860,33 +891,48 @@ def generate(program):
         m = isl.UnionMap.from_map(_rows_as_one_loop(m, program, s))
         smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
-    if len(pieces) > len(program.statements) or shifts:
+    options = None
+    if mode is not None:
+        dims = ", ".join(f"t{d}" for d in range(width))
+        options = isl.UnionMap(f"{{ [{dims}] -> {mode}[x] }}")
+    elif len(pieces) > len(program.statements) or shifts:
         # full tiles apart from partial ones; a parallel loop stays one loop where the same
         # statements run in all its iterations (_pieces keeps them one statement)
         dims = ", ".join(f"t{d}" for d in range(width))
         options = isl.UnionMap(f"{{ [{dims}] -> separate[x] }}")
-        tree = _convert(build.set_options(options), smap, program, pieces, leaves)
-        if _inside_parallel_loops(tree, program):
-            return tree
-        # isl split a parallel loop: atomic at that loop only where separate dropped it (its
-        # option domains can make generation many times slower, fuzz seed 1501 case 2666)
-        atomic = _one_parallel_loop(options, program, pieces, smap, width)
-        if atomic is not options:
-            ctx = smap.get_ctx()
-            ctx.reset_operations()
-            ctx.set_max_operations(ATOMIC_OPERATIONS)
-            try:
-                other = _convert(build.set_options(atomic), smap, program, pieces, leaves)
-            except isl.Error:
-                # isl's coalescing can fail on the atomic option domains (an internal
-                # tableau check, fuzz seed 1501 case 1690): the separate tree is correct
-                other = None
-            finally:
-                ctx.set_max_operations(0)
-            if other is not None and _inside_parallel_loops(other, program):
-                return other
+    tree = _convert(build if options is None else build.set_options(options), smap,
+                    program, pieces, leaves)
+    lost = _lost_loops(tree, program, width)
+    if not lost and _inside_parallel_loops(tree, program, width):
         return tree
-    return _convert(build, smap, program, pieces, leaves)
+    # isl split a parallel loop (or a vectorized one with loops below it): atomic at that
+    # loop only where it was split (its option domains can make generation many times
+    # slower, fuzz seed 1501 case 2666)
+    if options is None:
+        options = isl.UnionMap.empty(isl.Space.params_alloc(smap.get_ctx(), 0))
+    atomic = _one_parallel_loop(options, program, pieces, smap, width, lost)
+    ctx = smap.get_ctx()
+    ctx.reset_operations()
+    ctx.set_max_operations(ATOMIC_OPERATIONS)
+    try:
+        other = None if atomic is options else \
+            _convert(build.set_options(atomic), smap, program, pieces, leaves)
+    except isl.Error:
+        # isl's coalescing can fail on the atomic option domains (an internal
+        # tableau check, fuzz seed 1501 case 1690): the separate tree is correct
+        other = None
+    finally:
+        ctx.set_max_operations(0)
+    if other is not None and not _lost_loops(other, program, width) and \
+            _inside_parallel_loops(other, program, width):
+        return other
+    # a statement that isl peels off the end of its own loop still runs (serially) in
+    # order; a directive whose loop is gone altogether is refused, never dropped
+    if not lost:
+        return tree
+    if other is not None and not _lost_loops(other, program, width):
+        return other
+    _refuse_lost(lost)
 
 
 # isl's operation budget for the atomic retry (deterministic, unlike a clock): about 3 s;
@@ -900,18 +946,72 @@ def _convert(build, smap, program, pieces, leaves):
                         smap).node(node)
 
 
-def _inside_parallel_loops(tree, program):
+def _inside_parallel_loops(tree, program, width):
     """Whether every statement instance of the loop tree runs inside a loop (not one isl
-    proved to run once) of each ``parallel`` loop of its schedule.  ``atomic`` keeps a
-    parallel loop one loop, but isl may still peel a statement that runs in its first or
-    last iteration only out in front of or after it (correct in order, but outside the
-    loop where its stage's buffer is allocated)."""
+    proved to run once) of each ``parallel`` loop of its schedule that runs more than once
+    for some values of the loops around it.  ``atomic`` keeps a parallel loop one loop, but
+    isl may still peel a statement that runs in its first or last iteration only out in
+    front of or after it (correct in order, but outside the loop where its stage's buffer
+    is allocated)."""
+    outside = set()
+
     def walk(node, loops):
         if type(node) is User:
             s = node.stmt
-            return all(s.sched[d][0] in loops for d in range(len(s.sched))
-                       if _one_loop(program, s, d))
+            outside.update((s, d) for d in range(len(s.sched))
+                           if _one_loop(program, s, d) and s.sched[d][0] not in loops)
+            return
         if type(node) is Loop:
             loops = loops | {node.iv}
-        return all(walk(c, loops) for c in children(node))
-    return walk(tree, frozenset())
+        for c in children(node):
+            walk(c, loops)
+    walk(tree, frozenset())
+    return all(_runs_once(program, s, d, width) for s, d in outside)
+
+
+def _runs_once(program, s, d, width):
+    """Whether isl proves that the loop at schedule position ``d`` of statement ``s`` runs at
+    most once for every value of the loops around it (for all sizes)."""
+    rng = s.schedule_map(program, width).range()
+    pre = rng.project_out(isl.dim_type.set, d + 1, width - d - 1)
+    m = isl.Map.from_range(pre).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, d)
+    return m.is_single_valued()
+
+
+def _lost_loops(tree, program, width):
+    """``iv -> (stage, kind, statement)`` of the ``parallel`` and ``vectorize`` loops with no
+    loop left in the loop tree although they run more than once for some values of the loops
+    around them: isl emitted their iterations as separate statements (a footprint of single
+    points, fuzz seed 1701 case 7687; row tiles met once or twice, case 7522)."""
+    found = set()
+
+    def walk(node):
+        if type(node) is Loop:
+            found.add(node.iv)
+        for c in children(node):
+            walk(c)
+    walk(tree)
+    lost = {}
+    for s in program.statements:
+        for d, x in enumerate(s.sched):
+            if isinstance(x, int) or len(x) > 2 or x[0] in found or x[0] in lost:
+                continue
+            st = program.iv_stage.get(x[0], s.stage)
+            attr = st.attrs.get(x[0])
+            if attr is None or attr.kind not in ("parallel", "vectorize"):
+                continue
+            if not _runs_once(program, s, d, width):
+                lost[x[0]] = (st, attr.kind, s)
+    return lost
+
+
+def _refuse_lost(lost):
+    iv, (st, kind, s) = next(iter(lost.items()))
+    where = ""
+    if getattr(st, "attach_type", None) == "scope":
+        where = (f" ({st.op.name} is computed at loop {st.attach_ivar.name} of "
+                 f"{st.attach_stage.op.name}, and its region there is not one box)")
+    raise ScheduleError(
+        f"s[{st.op.name}].{kind}({iv.name}): isl cannot generate {iv.name} as one loop: "
+        f"its iterations come out as separate pieces of code{where}, so the directive "
+        f"would be lost; {kind} a loop around it, or attach {st.op.name} elsewhere")
