@@ -58,6 +58,7 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self._lanes_memo = {}       # id(loop body) -> (SIMD lanes, body)
         self._flat_memo = {}        # access -> (offset, buffer, indices)
         self._flat_dyn = {}         # id(offset) -> (data-dependent?, offset)
+        self._affine_memo = {}      # access, added constants left out -> (terms, keys)
         self._split_memo = {}       # offset, lane variable -> (split_lane's answer, keys)
 
     def emit(self):

@@ -11,17 +11,37 @@ from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir.functor import free_vars, walk
-from ..ir.simplify import simplify
+from ..ir.simplify import from_linear, linear, simplify
 from ..tir import nodes as N
 from .llvm_expr import I1, I8, I16, I32, PTR, ExprEmitter, is_vec, storage_type
 
 
 def flat_index(buf, indices):
     """The element offset of ``buf[indices]`` as an int64 expression."""
+    return simplify(_raw_flat(buf, indices))
+
+
+def _raw_flat(buf, indices):
     out = E.Const(0, "int64")
     for i, st in zip(indices, buf.row_strides()):
         out = E.binary("add", out, E.binary("mul", E.cast(i, "int64"), st))
-    return simplify(out)
+    return out
+
+
+def _same(a, b):
+    """Whether two expressions are the same tree (variables and other nodes by identity)."""
+    if a is b:
+        return True
+    t = type(a)
+    if t is not type(b) or a.dtype != b.dtype:
+        return False
+    if t is E.Const:
+        return a.value == b.value
+    if t is E.Binary:
+        return a.op == b.op and _same(a.a, b.a) and _same(a.b, b.b)
+    if t is E.Cast:
+        return _same(a.value, b.value)
+    return False
 
 
 def split_lane(e, lv, vvars):
@@ -50,18 +70,24 @@ def split_lane(e, lv, vvars):
     return None
 
 
-def _shape_key(e):
+def _shape_key(e, additive=False):
     """A key equal for index expressions of the same form over the same variables (variables
-    and nodes other than constants, sums, products and casts by identity)."""
+    and nodes other than constants, sums, products and casts by identity).  With
+    ``additive``, the integer constants that are added (not multiplied) are left out: the key
+    is then equal for the copies of an access in an unrolled body (``A[4 * k + 2]``,
+    ``A[4 * k + 3]``), whose affine offsets differ in their constant term only."""
     t = type(e)
     if t is E.Var:
         return id(e)
     if t is E.Const:
+        if additive and dt.is_int(e.dtype):
+            return ("k", e.dtype)
         return (e.dtype, e.value if dt.is_int(e.dtype) else repr(e.value))
     if t is E.Binary:
-        return (e.op, e.dtype, _shape_key(e.a), _shape_key(e.b))
+        add = additive and e.op in ("add", "sub")
+        return (e.op, e.dtype, _shape_key(e.a, add), _shape_key(e.b, add))
     if t is E.Cast:
-        return ("cast", e.dtype, _shape_key(e.value))
+        return ("cast", e.dtype, _shape_key(e.value, additive))
     return ("node", id(e))
 
 
@@ -75,11 +101,37 @@ class MemoryEmitter(ExprEmitter):
         key = (id(buf),) + tuple(_shape_key(i) for i in indices)
         hit = self._flat_memo.get(key)
         if hit is None:
-            flat = flat_index(buf, indices)
+            flat = self._flat_copy(buf, indices)
             dyn = _data_dependent(flat)
             hit = self._flat_memo[key] = (flat, buf, indices)
             self._flat_dyn[id(flat)] = (dyn, flat)
         return hit[0]
+
+    def _flat_copy(self, buf, indices):
+        """``flat_index(buf, indices)``; for an affine access that differs from one met
+        before only in added constants (a copy in an unrolled body), the earlier offset's
+        terms with this access's constant: what ``simplify`` gives (its canonical form orders
+        the terms by where they appear and their sign, never by the constant), without
+        simplifying every copy.  The first access of a form is simplified and its result
+        checked to be that canonical form; else its copies are simplified too."""
+        raw = _raw_flat(buf, indices)
+        lin = linear(raw) if type(raw) is E.Binary else None
+        if lin is None:
+            return simplify(raw)
+        akey = (id(buf),) + tuple(_shape_key(i, True) for i in indices)
+        form = self._affine_memo.get(akey)
+        if form is None:
+            flat = simplify(raw)
+            back = linear(flat)
+            ok = back is not None and _same(from_linear(back[0], back[1], "int64"), flat)
+            # the entry keeps the nodes its key names by identity alive
+            self._affine_memo[akey] = (back[0] if ok else None, buf, indices)
+            return flat
+        terms = form[0]
+        if terms is None or len(terms) != len(lin[0]) or \
+                any(lin[0].get(v) != c for v, c in terms.items()):
+            return simplify(raw)
+        return from_linear(terms, lin[1], "int64")
 
     def _split(self, flat):
         """``split_lane`` of one of ``_flat``'s offsets in the current vector loop, once."""
