@@ -209,7 +209,8 @@ def injective(stage, lanes):
     last = axes[-1]
     e_last = ext(stage, last)
     chunk = max(1, 4096 // lanes)
-    if work is not None and e_last % lanes == 0 and not _row_calls(stage.op):
+    if work is not None and e_last % lanes == 0 and not _row_calls(stage.op) and \
+            flat_reads(stage.op):
         fused = fuse_outer(stage, axes)[0]
         o, _ = split_vector(stage, fused, lanes)
         if o is not None and ext(stage, o) > chunk:
@@ -980,6 +981,27 @@ def ext_of(iv):
     """The constant extent of a root axis, else None."""
     b, e = const_int(iv.begin), const_int(iv.end)
     return None if b is None or e is None else e - b
+
+
+def flat_reads(op):
+    """Whether every load that moves with the axes reads at the output's own point in a
+    tensor of the output's trailing extents (``X[i, j]``, a bias ``b[j]``), so that one
+    flattened loop over all axes reads it contiguously.  An offset or another row length
+    (a stencil's ``A[i + 1, j - 1]``, an interior ``A[i + 1, j + 1]`` of a larger array)
+    makes the flattened index's row and column a division and a remainder per lane: the
+    vector loads become gathers (a 2000 x 2000 5-point sweep, 1 thread: 13.9 ms flattened,
+    2.2 ms with the last axis vectorized)."""
+    axes = list(op.axis)
+    for ld in loads_of(op):
+        if not any(ld.depends(a.var) for a in axes):
+            continue
+        n = len(ld.forms)
+        if n > len(axes):
+            return False
+        for f, d, a in zip(ld.forms, ld.tensor.shape, axes[len(axes) - n:]):
+            if f != {a.var: 1} or const_int(d) is None or const_int(d) != ext_of(a):
+                return False
+    return True
 
 
 def _row_calls(op):
