@@ -14,6 +14,9 @@ second of the search's wall time, start-up included (worker processes, reference
 candidate (ms): ``build`` (builder processes: schedule, lower, LLVM), ``measure`` (measuring
 process, wall, the builders paused meanwhile), ``all`` (every process of the search, start-up
 included: a figure that depends little on the machine's load); the best time found.
+The searches of one run share the process's zygote (``tedsl.tune.workers.Zygote.shared``: the
+workers are forks of one process that imported tedsl once), as any process running several
+searches does: the first search of a run pays that import in its start-up, the others not.
 
 Run: ``python benchmarks/tune_throughput.py [--rounds 3] [--trials 40] [--no-write]``; writes
 the ``tune_throughput`` section of RESULTS.md.
@@ -136,7 +139,8 @@ def main(argv=None):
     table = markdown_table(header, rows)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     note = (f"`tune.auto(outs, trials={opts.trials})` with its defaults (a builder process per "
-            "core, paused while a candidate is timed; one measuring process), medians of "
+            "core, paused while a candidate is timed; one measuring process; the workers are "
+            "forks of one process per run that imported tedsl once), medians of "
             f"{opts.rounds} searches per kernel, kernels interleaved. Machine: "
             f"{machine_description()}; load average {load:.1f} at the end (wall-clock rates "
             "follow the load; CPU per candidate much less).")

@@ -150,3 +150,34 @@ def gone(pid, seconds):
         if state == "Z" or time.monotonic() > end:
             return state == "Z"
         time.sleep(0.05)
+
+
+def env_init(name):
+    return name
+
+
+def env_task(name, _):
+    return os.environ.get(name), os.getppid()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks")
+def test_the_shared_zygote_is_kept_and_replaced_when_the_environment_changes(monkeypatch):
+    def run_once():
+        z = Zygote.shared()
+        w = Worker(env_init, ("TEDSL_T2_PROBE",), env_task, z)
+        w.start()
+        try:
+            answers(w)
+            w.submit(0, None)
+            ((_, ok, got),) = answers(w)
+        finally:
+            w.stop()
+        assert ok
+        return z, got
+    z1, (v1, parent1) = run_once()
+    z2, (v2, parent2) = run_once()
+    assert z2 is z1 and parent2 == parent1 == z1.proc.pid and v1 is None is v2
+    monkeypatch.setenv("TEDSL_T2_PROBE", "on")        # a worker must see it: a new zygote
+    z3, (v3, parent3) = run_once()
+    assert z3 is not z1 and z1.proc.poll() is not None
+    assert v3 == "on" and parent3 == z3.proc.pid

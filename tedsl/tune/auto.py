@@ -472,7 +472,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     n_build = builders or max(1, os.cpu_count() or 1)
     start = time.monotonic()
     cpu0 = time.process_time()
-    zygote = Zygote()        # imports tedsl once; the workers are forks of it
+    zygote = Zygote.shared()    # imported tedsl once; the workers are forks of it
     build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build, zygote)
                 for _ in range(n_build)]
     # the reference outputs reach the measuring process with its first candidate
@@ -491,7 +491,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     except BaseException:
         for w in build_ws + [measure_w]:
             w.stop()
-        zygote.stop()
+        zygote.discard()
         raise
     default = {k: v[0] for k, v in space.items()}
     history, failures = [], []
@@ -615,7 +615,6 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     finally:
         for w in build_ws + [measure_w]:
             w.stop()
-        zygote.stop()
     elapsed = time.monotonic() - start
     phases["search"] = time.process_time() - cpu0
     if show is not None:

@@ -15,7 +15,8 @@ tedsl once and forks a worker per request (a fork of a process that never ran a 
 OpenMP or started LLVM, so OpenMP works in the workers as in a fresh interpreter).  Starting a
 worker then costs a fork instead of an interpreter and tedsl's imports (a third of a second of
 CPU each, which the workers of a search paid together at its start); a restarted worker (after
-a crash) is forked too.  Without a zygote (or when it is gone) a worker is started as a fresh
+a crash) is forked too.  A process keeps its zygote for its next searches
+(:meth:`Zygote.shared`), which then start their workers in milliseconds.  Without a zygote (or when it is gone) a worker is started as a fresh
 interpreter.
 """
 import multiprocessing.connection as mpc
@@ -25,6 +26,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 from .measure import _describe
@@ -35,6 +37,14 @@ _ZYGOTE = ("import sys; from tedsl.tune.workers import zygote_main; "
            "zygote_main(int(sys.argv[1]))")
 _PRELOAD = ("tedsl", "tedsl.auto", "tedsl.driver", "tedsl.tune.auto", "llvmlite.binding")
 _REPLY = struct.Struct("qq")          # a reply of the zygote: two integers
+_SHARED = {}                          # "zygote": this process's zygote (Zygote.shared)
+_SHARED_LOCK = threading.Lock()
+
+
+def _child_env():
+    """The environment of a worker: this one, with ``sys.path`` as its ``PYTHONPATH`` (the
+    functions it is sent are imported by name)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
 
 def child_main(fd):
@@ -102,29 +112,62 @@ class Zygote:
     """The parent's handle of a zygote (see the module docstring); :meth:`spawn` returns a
     process handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``, ``kill``)."""
 
-    def __init__(self):
+    def __init__(self, env=None):
         mine, theirs = socket.socketpair()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.env = _child_env() if env is None else env
         fd = theirs.fileno()
         self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(fd)], pass_fds=[fd],
-                                     env=env, stdin=subprocess.DEVNULL)
+                                     env=self.env, stdin=subprocess.DEVNULL)
         theirs.close()
         self.sock = mine
         self.pending = []            # handles waiting for their reply, in request order
+        self.lock = threading.Lock()
+
+    @classmethod
+    def shared(cls):
+        """This process's zygote: started by its first search and kept for the next ones; a
+        new one when the environment or ``sys.path`` changed since (the workers inherit the
+        zygote's) or when it ended.  It ends with this process."""
+        env = _child_env()
+        with _SHARED_LOCK:
+            z = _SHARED.get("zygote")
+            if z is None or z.env != env or z.proc.poll() is not None:
+                if z is not None:
+                    z.stop()
+                z = _SHARED["zygote"] = cls(env)
+            return z
+
+    def discard(self):
+        """Stop this zygote, and no longer share it (a search that failed to start leaves
+        no process behind)."""
+        with _SHARED_LOCK:
+            if _SHARED.get("zygote") is self:
+                del _SHARED["zygote"]
+        self.stop()
 
     def _request(self, msg, fds=()):
         """Send a request; its reply is read later, in order (the zygote may still be
         importing: a spawn does not wait for it)."""
-        if fds:
-            socket.send_fds(self.sock, [msg], list(fds))
-        else:
-            self.sock.sendall(msg)
         box = []
-        self.pending.append(box)
+        with self.lock:
+            if fds:
+                socket.send_fds(self.sock, [msg], list(fds))
+            else:
+                self.sock.sendall(msg)
+            self.pending.append(box)
         return box
 
     def _answer(self, box, timeout=60.0):
         """The reply of ``box``'s request (the replies before it are read on the way)."""
+        with self.lock:
+            try:
+                return self._read_until(box, timeout)
+            except OSError:          # gone or unresponsive: its replies cannot be trusted
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                raise
+
+    def _read_until(self, box, timeout):
         self.sock.settimeout(timeout)
         try:
             while not box:
@@ -267,9 +310,9 @@ class Worker:
             except OSError:
                 self.zygote = None
         if self.proc is None:
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(fd)],
-                                         pass_fds=[fd], env=env, stdin=subprocess.DEVNULL)
+                                         pass_fds=[fd], env=_child_env(),
+                                         stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = mpc.Connection(mine.detach())
         self.conn.send((self.init, self.init_args, self.fn))
