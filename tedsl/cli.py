@@ -327,9 +327,14 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
       split into one-register vectors, the part over them unrolled, so the tail runs as
       two whole registers and one of 8 lanes.  The split is made only then: with it the
       partial panel runs after the parallel loop, on one thread.
+    * A last column one past a few panels (n = 257 with 32-column panels; the rule is
+      ``tedsl.auto.model.column_tail_as_dot``) runs apart, as a dot product per row
+      vectorized along k (``_gemm_last_column_apart``): as a one-column panel each FMA
+      loaded an element of A (0.6 of a panel's time at n = 257) and its iteration of the
+      parallel loop went to one thread.
     """
     import tedsl as te
-    from .auto.model import split_tail
+    from .auto.model import column_tail_as_dot, split_tail
     from .codegen import target as tg
     from .codegen.llvm_stmt import STACK_LIMIT
     if lanes is None:
@@ -340,10 +345,13 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
     Bp = te.compute(((n + nr - 1) // nr, k_, nr),
                     lambda x, y, z: te.if_then_else(x * nr + z < n, B[y, x * nr + z], 0.0),
                     name="Bp")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
-                   name="C")
-    s = te.create_schedule(C)
-    CC = s.cache_write(C, "local")
+    if column_tail_as_dot(n, nr):           # the last column: a dot product per row
+        s, CC, C = _gemm_last_column_apart(A, B, Bp, k, lanes)
+    else:
+        C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr], axis=k),
+                       name="C")
+        s = te.create_schedule(C)
+        CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], mr, nr)
     s[C].reorder(jo, io, ii, ji)
     s[CC].compute_at(s[C], io)
@@ -367,6 +375,41 @@ def gemm_schedule(m, n, k_, mr, nr, ku, unroll_rows=True, lanes=None):
     else:
         s[Bp].parallel(x)
     return s, [A, B, C]
+
+
+def _gemm_last_column_apart(A, B, Bp, k, lanes):
+    """The stages of :func:`gemm_schedule` when its last column of B is one column past the
+    panels (``tedsl.auto.model.column_tail_as_dot``): ``(s, CC, C)``.
+
+    The register tiles (``CC``, named ``C.local`` as the cache stage it replaces) cover only
+    the panels' columns (``where=j < n - 1``: the last column's tiles add nothing); that
+    column is ``Ct[i] = sum_k A[i, k] * Bt[k]``, ``Bt`` the column copied contiguous, with
+    ``lanes`` partial sums per row (``rfactor``, the reduction vectorized), the rows in
+    parallel; ``C`` adds it in (a ``select``: a lane-uniform load and a blend per row of a
+    tile; a guarded load there cost 4% of n = 257).  Rows one at a time: 8 rows unrolled
+    ran the column in 5.3 instead of 6.1 us at n = 257 but made the isl AST 0.1 s slower
+    to generate."""
+    import tedsl as te
+    (m, k_), n = A.shape, B.shape[1]
+    m, k_, nf = int(m.value), int(k_.value), int(n.value) - 1
+    nr = int(Bp.shape[2].value)
+    Bt = te.compute((k_,), lambda y: B[y, nf], name="Bt")
+    kt = te.reduce_axis((0, k_), name="kt")
+    Ct = te.compute((m,), lambda i: te.sum(A[i, kt] * Bt[kt], axis=kt), name="Ct")
+    CC = te.compute((m, nf + 1), lambda i, j: te.sum(A[i, k] * Bp[j // nr, k, j % nr],
+                                                     axis=k, where=j < nf), name="C.local")
+    C = te.compute((m, nf + 1), lambda i, j: CC[i, j] + te.select(j < nf, 0.0, Ct[i]),
+                   name="C")
+    s = te.create_schedule(C)
+    s[CC].set_scope("local")
+    _, kv = s[Ct].split(Ct.op.reduce_axis[0], factor=lanes)
+    Cf = s.rfactor(Ct, kv, factor_axis=1)
+    s[Cf].reorder(s[Cf].op.reduce_axis[0], s[Cf].op.axis[1])
+    s[Cf].vectorize(s[Cf].op.axis[1])
+    s[Cf].set_scope("local")
+    s[Ct].parallel(Ct.op.axis[0])
+    s[Cf].compute_at(s[Ct], Ct.op.axis[0])
+    return s, CC, C
 
 
 def tune(opts):

@@ -184,6 +184,27 @@ def split_tail(ext, nr, lanes):
     return nr > 2 * lanes and regs > 2 and regs & (regs - 1) != 0
 
 
+def column_tail_as_dot(ext, nr, most_panels=12):
+    """Whether the last column of a product ``nr`` columns per register tile, over an axis of
+    extent ``ext``, runs on its own as one dot product per row (vectorized along the
+    reduction) instead of as a partial panel: when the column tail (``ext % nr``) is one
+    column past at least one and at most ``most_panels`` whole panels (n = 257 with 32-column
+    panels).
+
+    A one-column panel issues one FMA per element of A it loads: at n = 257 it took 0.6 of a
+    32-column panel's time (14.7 of 214 us on one core), and its iteration of the parallel
+    loop went to one thread, which ran four panels and the tail while the other ran four.
+    As dot products over contiguous rows of A, all threads computing them before the panels
+    run, the column took 6 us: n = 257 went from 0.93x to 0.98x the GFLOP/s of n = 256 on one
+    core (CPU time) and from 0.91x to 0.97x on two threads (best calls; interleaved, loaded
+    machine).  The extra stages cost about 0.1 s of isl AST generation per build (0.49 ->
+    0.60 s at n = 257), so the split is made only where the one-column panel, about half a
+    panel's time, is over 4% of the product: at most 12 whole panels (n = 1025 with 64-column
+    panels, 16 of them, keeps its tail panel: 1% faster apart on one core, 0.41 -> 0.57 s to
+    build).  Wider tails keep their vector body across the columns."""
+    return ext is not None and nr < ext <= most_panels * nr + 1 and ext % nr == 1
+
+
 def unroll_k(k_ext):
     """Unroll of the innermost reduction loop: a divisor of its extent (a tail would multiply
     the unrolled code), 1 when symbolic."""
