@@ -14,7 +14,8 @@ The sweep covers sizes that are multiples of the tile and sizes that are not (12
 1000, 1023, 1025, 2000): full tiles run with constant extents and the partial tiles after them,
 so an odd size should keep about the speed of the nearest multiple of the tile.  Every size is
 timed interleaved with numpy (medians of rounds, a pause between contenders for the other
-library's threads to settle).
+library's threads to settle), and an odd size also with that multiple of the tile, so that
+their ratio is taken under the same load.
 
 Run: ``python benchmarks/gemm.py [--quick] [--sizes N ...] [--no-rect] [--threads T ...]``
 (``--sizes`` or bare numbers: only those square sizes, for quick runs); writes the ``gemm``
@@ -66,41 +67,53 @@ def build_best(n):
     return te.build(s, args, name=f"gemm{n}")
 
 
-def measure(shape, rounds, threads):
-    """Build, check and time one shape ``(m, n, k)`` against numpy; returns a result dict."""
+def _operands(m, n, k):
+    rng = np.random.default_rng(0)
+    return (rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32),
+            np.full((m, n), np.nan, np.float32))
+
+
+def measure(shape, rounds, threads, aligned=None):
+    """Build, check and time one shape ``(m, n, k)`` against numpy; returns a result dict.
+
+    ``aligned``: a square size whose module is timed in the same interleaved rounds (the
+    nearest multiple of the tile for an odd size), so that the ratio of the two is taken
+    under the same load."""
     m, n, k = shape
     t0 = time.perf_counter()
     s, args = schedule(n) if m == n == k else schedule_rect(m, n, k)
     f = te.build(s, args, name=f"gemm_{m}_{n}_{k}")
     build_s = time.perf_counter() - t0
-    rng = np.random.default_rng(0)
-    a = rng.random((m, k), dtype=np.float32)
-    b = rng.random((k, n), dtype=np.float32)
-    c = np.full((m, n), np.nan, np.float32)
+    a, b, c = _operands(m, n, k)
     f(a, b, c)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(c - ref).max() / np.abs(ref).max())
     assert err < 1e-5, f"gemm {shape} is wrong: relative error {err}"
     set_blas = blas_threads()
-    times = interleaved({"tedsl": (f.set_num_threads, lambda: f(a, b, c)),
-                         "numpy": (set_blas, lambda: np.dot(a, b, out=c))}, rounds, threads)
-    flops = 2.0 * m * n * k
-    cpu = _cpu_times(f, set_blas, lambda: f(a, b, c), lambda: np.dot(a, b, out=c), rounds) \
-        if 1 in threads else {}
+    runs = {"tedsl": (f.set_num_threads, lambda: f(a, b, c)),
+            "numpy": (set_blas, lambda: np.dot(a, b, out=c))}
+    flops = {"tedsl": 2.0 * m * n * k, "numpy": 2.0 * m * n * k}
+    if aligned is not None:
+        fa = build_best(aligned)
+        ops = _operands(aligned, aligned, aligned)
+        runs["aligned"] = (fa.set_num_threads, lambda: fa(*ops))
+        flops["aligned"] = 2.0 * aligned ** 3
+    times = interleaved(runs, rounds, threads)
+    cpu = _cpu_times(runs, rounds) if 1 in threads else {}
     return {"shape": shape, "build": build_s, "err": err,
-            "gflops": {key: flops / t / 1e9 for key, t in times.items()},
-            "cpu_gflops": {key: flops / t / 1e9 for key, t in cpu.items()}}
+            "gflops": {key: flops[key[0]] / t / 1e9 for key, t in times.items()},
+            "cpu_gflops": {key: flops[key] / t / 1e9 for key, t in cpu.items()}}
 
 
-def _cpu_times(f, set_blas, run_tedsl, run_numpy, rounds, calls=3):
+def _cpu_times(runs, rounds, calls=3):
     """1 thread, timed by the CPU time of the calling thread (both libraries compute in it
     at 1 thread), which leaves out the time other processes hold the core; the fastest call
     of interleaved rounds.  On a loaded machine it is the steadier of the two figures."""
-    f.set_num_threads(1)
-    set_blas(1)
-    best = {"tedsl": float("inf"), "numpy": float("inf")}
+    for set_threads, _ in runs.values():
+        set_threads(1)
+    best = {name: float("inf") for name in runs}
     for _ in range(rounds):
-        for name, fn in (("tedsl", run_tedsl), ("numpy", run_numpy)):
+        for name, (_, fn) in runs.items():
             for _ in range(calls):
                 t = time.thread_time()
                 fn()
@@ -184,7 +197,8 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
     results = {}
     for shape in shapes:
         print(f"gemm {shape[0]}×{shape[1]}×{shape[2]} ...", flush=True)
-        results[shape] = measure(shape, rounds, threads)
+        square = shape[0] == shape[1] == shape[2]
+        results[shape] = measure(shape, rounds, threads, _aligned(shape[0]) if square else None)
     fma = FmaPeak()
     peak = {nt: max(fma.best(nt) for _ in range(3)) for nt in threads}
     rows = []
@@ -195,15 +209,14 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
         for nt in threads:
             g, gn = r["gflops"][("tedsl", nt)], r["gflops"][("numpy", nt)]
             vs_al = ""
-            if ref is not None and (ref, ref, ref) in results:
-                vs_al = f"{g / results[(ref, ref, ref)]['gflops'][('tedsl', nt)]:.2f}× ({ref})"
+            if ref is not None:
+                vs_al = f"{g / r['gflops'][('aligned', nt)]:.2f}× ({ref})"
             cpu = r["cpu_gflops"] if nt == 1 else {}
             cpu_cols = ["", "", ""]
             if cpu:
                 cpu_cols[:2] = [f"{cpu['tedsl']:.1f}", f"{cpu['tedsl'] / cpu['numpy']:.2f}×"]
-                if ref is not None and (ref, ref, ref) in results:
-                    cpu_al = results[(ref, ref, ref)]["cpu_gflops"]["tedsl"]
-                    cpu_cols[2] = f"{cpu['tedsl'] / cpu_al:.2f}× ({ref})"
+                if ref is not None:
+                    cpu_cols[2] = f"{cpu['tedsl'] / cpu['aligned']:.2f}× ({ref})"
             rows.append([f"{n}" if square else f"{m}×{n}×{k}", nt, f"{g:.1f}", f"{gn:.1f}",
                          f"{g / gn:.2f}×", vs_al, *cpu_cols, f"{100 * g / peak[nt]:.0f}%",
                          f"{r['build']:.2f}"])
@@ -238,7 +251,8 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
             + ", ".join(f"{peak[nt]:.0f} GFLOP/s with {nt} thread{'s' if nt > 1 else ''}"
                         for nt in threads) +
             f". 'vs nearest tile multiple': "
-            f"tedsl's rate against the nearest size of the sweep that is a multiple of {TILE}. "
+            f"tedsl's rate against the nearest size of the sweep that is a multiple of {TILE}, "
+            f"timed in the same interleaved rounds (and CPU-time calls) as the odd size. "
             f"Build s: lower + compile (kernel cache off). Every result checked against "
             f"float64 numpy (max relative error {max(r['err'] for r in results.values()):.1e}).")
     plot = f"\n\n![GFLOP/s against n]({png.name})" if png is not None else \
