@@ -28,6 +28,23 @@ def _raw_flat(buf, indices):
     return out
 
 
+def _affine_offset(indices, strides):
+    """``linear(_raw_flat(...))`` of an affine access with constant strides, without
+    building the offset; None for any other access."""
+    coeffs, const = {}, 0
+    for i, st in zip(indices, strides):
+        if type(st) is not E.Const or not dt.is_int(st.dtype) or not dt.is_int(i.dtype):
+            return None
+        lin = linear(i)
+        if lin is None:
+            return None
+        k = int(st.value)
+        for v, c in lin[0].items():
+            coeffs[v] = coeffs.get(v, 0) + c * k
+        const += lin[1] * k
+    return {v: c for v, c in coeffs.items() if c}, const
+
+
 def _same(a, b):
     """Whether two expressions are the same tree (variables and other nodes by identity)."""
     if a is b:
@@ -112,26 +129,23 @@ class MemoryEmitter(ExprEmitter):
         before only in added constants (a copy in an unrolled body), the earlier offset's
         terms with this access's constant: what ``simplify`` gives (its canonical form orders
         the terms by where they appear and their sign, never by the constant), without
-        simplifying every copy.  The first access of a form is simplified and its result
-        checked to be that canonical form; else its copies are simplified too."""
-        raw = _raw_flat(buf, indices)
-        lin = linear(raw) if type(raw) is E.Binary else None
-        if lin is None:
-            return simplify(raw)
+        building and simplifying every copy's offset.  The first access of a form is
+        simplified and its result checked to be that canonical form; else its copies are
+        simplified too."""
         akey = (id(buf),) + tuple(_shape_key(i, True) for i in indices)
         form = self._affine_memo.get(akey)
+        lin = _affine_offset(indices, buf.row_strides())
+        if form is not None and form[0] is not None and lin is not None:
+            terms = form[0]
+            if len(terms) == len(lin[0]) and all(lin[0].get(v) == c for v, c in terms.items()):
+                return from_linear(terms, lin[1], "int64")
+        flat = flat_index(buf, indices)
         if form is None:
-            flat = simplify(raw)
-            back = linear(flat)
+            back = linear(flat) if lin is not None else None
             ok = back is not None and _same(from_linear(back[0], back[1], "int64"), flat)
             # the entry keeps the nodes its key names by identity alive
             self._affine_memo[akey] = (back[0] if ok else None, buf, indices)
-            return flat
-        terms = form[0]
-        if terms is None or len(terms) != len(lin[0]) or \
-                any(lin[0].get(v) != c for v, c in terms.items()):
-            return simplify(raw)
-        return from_linear(terms, lin[1], "int64")
+        return flat
 
     def _split(self, flat):
         """``split_lane`` of one of ``_flat``'s offsets in the current vector loop, once."""
