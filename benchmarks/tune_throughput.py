@@ -11,9 +11,12 @@ Three small kernels, each searched ``--rounds`` times (kernels interleaved, medi
 Columns: candidates measured (failures included) and failed; ``cand/s``: candidates per
 second of the search's wall time, start-up included (worker processes, reference);
 ``steady cand/s``: after the first candidate was recorded; ``start s``: until then; CPU per
-candidate (ms): ``build`` (builder processes: schedule, lower, LLVM), ``measure`` (measuring
-process, wall, the builders paused meanwhile), ``all`` (every process of the search, start-up
-included: a figure that depends little on the machine's load); the best time found.
+candidate (ms): ``build`` (builder processes: schedule, lower, LLVM) and its parts
+``schedule``, ``lower`` (isl's statements, legality, AST and the loop passes), ``emit`` (the
+CPU passes and the LLVM IR emission) and ``LLVM`` (optimiser and machine code), ``measure``
+(measuring process, wall, the builders paused meanwhile), ``all`` (every process of the
+search, start-up included: a figure that depends little on the machine's load); the best time
+found.
 The searches of one run share the process's zygote (``tedsl.tune.workers.Zygote.shared``: the
 workers are forks of one process that imported tedsl once), as any process running several
 searches does: the first search of a run pays that import in its start-up, the others not.
@@ -95,8 +98,23 @@ def kernels(this):
 
 
 def children_cpu():
+    """CPU seconds of this process's children that ended, and of the shared zygote with the
+    workers it forked that ended (Linux's /proc; they are not this process's children)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime + zygote_cpu()
+
+
+def zygote_cpu():
+    from tedsl.tune import workers
+    z = getattr(workers, "_SHARED", {}).get("zygote")
+    if z is None:
+        return 0.0
+    try:
+        with open(f"/proc/{z.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime .. cstime
 
 
 def search_once(make, extra, trials):
@@ -108,11 +126,13 @@ def search_once(make, extra, trials):
     r = s.tune_result
     n, nan = r["trials"], float("nan")
     ph = r.get("phases") or {"start": None, "build": nan, "measure": nan}   # older tedsl
+    parts = ph.get("build_phases", {})
     start = ph["start"] or r["elapsed"]
     return {"n": n, "failed": r["failed"], "rate": n / r["elapsed"],
             "steady": (n - 1) / (r["elapsed"] - start) if n > 1 and r["elapsed"] > start
             else nan,
             "start": start, "build": ph["build"] / n * 1e3, "measure": ph["measure"] / n * 1e3,
+            **{k: parts.get(k, nan) / n * 1e3 for k in ("schedule", "lower", "emit", "llvm")},
             "all": cpu / n * 1e3, "best": r["seconds"] * 1e6}
 
 
@@ -131,9 +151,11 @@ def main(argv=None):
             print(f"{name}: {got[name][-1]['rate']:.1f} candidates/s", file=sys.stderr)
     med = lambda xs, k: statistics.median(x[k] for x in xs)   # noqa: E731
     header = ["kernel", "candidates", "failed", "cand/s", "steady cand/s", "start s",
-              "build ms/cand", "measure ms/cand", "all CPU ms/cand", "best us"]
+              "build ms/cand", "schedule", "lower", "emit", "LLVM", "measure ms/cand",
+              "all CPU ms/cand", "best us"]
     rows = [[name, f"{med(xs, 'n'):.0f}", f"{med(xs, 'failed'):.0f}", f"{med(xs, 'rate'):.1f}",
              f"{med(xs, 'steady'):.1f}", f"{med(xs, 'start'):.2f}", f"{med(xs, 'build'):.0f}",
+             *(f"{med(xs, k):.0f}" for k in ("schedule", "lower", "emit", "llvm")),
              f"{med(xs, 'measure'):.1f}", f"{med(xs, 'all'):.0f}", f"{med(xs, 'best'):.2f}"]
             for name, xs in got.items()]
     table = markdown_table(header, rows)

@@ -6,6 +6,7 @@ versions before anything is lowered, so a hit loads the stored object code witho
 loop passes or LLVM's optimiser.  ``TEDSL_CACHE=0`` turns the cache off.
 """
 import re
+import time
 
 from .codegen import llvm as llvm_codegen
 from .codegen import target as target_mod
@@ -197,20 +198,27 @@ def _generate(func, tgt, fast_entry=True):
     return text, lowered, func, sig, fast_ok, cg.n_par
 
 
-def compile_cpu_object(func, target="llvm", fast_entry=True):
+def compile_cpu_object(func, target="llvm", fast_entry=True, times=None):
     """Compile a lowered function for the CPU to position-independent object code.
 
     Returns ``(header, obj, texts)``: what :func:`module_from_object` (in this or another
     process) needs to load it, the object code, and the lowered loops and LLVM IR.  Without
-    ``fast_entry`` every call takes the checked path (the search measures candidates so)."""
-    return _compile_object(func, target_mod.parse(target), fast_entry)[:3]
+    ``fast_entry`` every call takes the checked path (the search measures candidates so).
+    With a dict for ``times``, the CPU seconds of the loop passes and LLVM IR emission
+    (``"emit"``) and of LLVM (``"llvm"``) are added to it."""
+    return _compile_object(func, target_mod.parse(target), fast_entry, times)[:3]
 
 
-def _compile_object(func, tgt, fast_entry=True):
+def _compile_object(func, tgt, fast_entry=True, times=None):
+    c0 = time.process_time()
     text, lowered, prepared, sig, fast_ok, n_par = _generate(func, tgt, fast_entry)
+    c1 = time.process_time()
     feats = target_mod.cpu_and_features(tgt)[1]
     tm = target_machine(tgt.mcpu, feats, reloc="pic")     # loadable by the JIT and by dlopen
     obj = tm.emit_object(optimize(text, tm))
+    if times is not None:
+        times["emit"] = times.get("emit", 0.0) + c1 - c0
+        times["llvm"] = times.get("llvm", 0.0) + time.process_time() - c1
     header = {"name": sig["name"], "signature": sig, "fast": fast_ok, "n_par": bool(n_par),
               "mcpu": tgt.mcpu, "features": feats}
     return header, obj, {"ll-raw": text, "lowered": lowered}, prepared

@@ -141,24 +141,29 @@ def _build(state, params):
     from ..transform.pipeline import lower
     t0, c0 = time.perf_counter(), time.process_time()
     s = state["schedule_fn"](state["outs"], state["target"], params)
+    times = {"schedule": time.process_time() - c0}
     trace = s.trace.to_list() if s.trace.complete else None
     same = state.setdefault("compiled", {})         # program hash -> (header, obj)
     by_trace = state.setdefault("by_trace", {})     # trace text -> program hash
     tkey = json.dumps(trace, sort_keys=True, default=repr) if trace is not None else None
     program = by_trace.get(tkey) if tkey is not None else None
     if program not in same:
+        c1 = time.process_time()
         func = lower(s, state["args"], state["name"])
         program = hashlib.sha256(str(func).encode()).hexdigest()
+        times["lower"] = time.process_time() - c1
         if program not in same:
             if len(same) > 256:
                 same.clear()
                 by_trace.clear()
-            same[program] = compile_cpu_object(func, state["target"], fast_entry=False)[:2]
+            same[program] = compile_cpu_object(func, state["target"], fast_entry=False,
+                                               times=times)[:2]
         if tkey is not None:
             by_trace[tkey] = program
     header, obj = same[program]
     return {"header": header, "obj": obj, "trace": trace, "program": program,
-            "build_seconds": time.perf_counter() - t0, "build_cpu": time.process_time() - c0}
+            "build_seconds": time.perf_counter() - t0, "build_cpu": time.process_time() - c0,
+            "build_phases": times}
 
 
 def _measure_init(blob, expected, seed, rtol, repeat_ms):
@@ -446,8 +451,10 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         ``{"params", "seconds", "trials", "failed", "elapsed", "records", "rate", "phases"}``:
         ``rate`` is candidates per second of ``elapsed``, ``phases`` where the time went
         (seconds: ``start``, until the first candidate was recorded; ``build``, the
-        builders' CPU time; ``measure``, the measuring process's time with the builders
-        paused; ``search``, the CPU time of this process).
+        builders' CPU time, and ``build_phases`` its parts: ``schedule``, ``lower`` (isl and
+        the loop passes), ``emit`` (the CPU passes and LLVM IR emission) and ``llvm``;
+        ``measure``, the measuring process's time with the builders paused; ``search``, the
+        CPU time of this process).
 
     Raises
     ------
@@ -495,7 +502,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         raise
     default = {k: v[0] for k, v in space.items()}
     history, failures = [], []
-    phases = {"start": None, "build": 0.0, "measure": 0.0, "search": 0.0}
+    phases = {"start": None, "build": 0.0, "measure": 0.0, "search": 0.0, "build_phases": {}}
     queue = [] if _key(default) in seen else [default]
     seen.update(_key(p) for p in queue)
     built, params_of = [], {}
@@ -594,6 +601,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                 if ok:
                     phases["build"] += value.get("build_cpu", 0.0)
                     phases["measure"] += value.get("measure_seconds", 0.0)
+                    for k, v in value.get("build_phases", {}).items():
+                        phases["build_phases"][k] = phases["build_phases"].get(k, 0.0) + v
                 if w is measure_w:
                     settle(tid, (value["seconds"], None) if ok else (None, value))
                 elif ok and value["program"] in programs:    # measured before: the same code
