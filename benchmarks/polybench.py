@@ -80,6 +80,11 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   reduction sweeps each row in runs of up to 4 KB with a row of accumulators in L1, 4 rows
   per step (a register tile of 32 columns read two cache lines per row, every row a page
   apart); the row reduction keeps 4 vector chains.
+- **gesummv, bicg's `q`, atax's `tmp`** (row reductions `A x`): 8 rows reduced together,
+  a vector of partial sums per row (each vector of `x` loaded once per 8 rows, 8
+  independent chains); gesummv's two reductions are computed per block of rows of `y`
+  inside its one parallel loop.  Note that this machine's L3 (260 MB, shared) holds a
+  4000² matrix: the "memory-bound" kernels here run partly from L3.
 - **2mm** (`tmp = alpha * A B`): the constant factor is applied once per element in the
   register tile's copy-out, not to every term (a multiply and a broadcast per row and step
   beside the FMAs made the product 0.73x numpy against a plain GEMM at parity).

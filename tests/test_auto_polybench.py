@@ -110,8 +110,10 @@ def test_scaled_convolution_factor_in_the_copy_out(rng):
 
 def test_column_reduction_sweeps_rows_with_a_row_of_accumulators():
     c = case("atax", 1000, 2000)
-    # (the column reduction on its own: not fused with the row reduction, sweep.py)
-    text = lowered(te.auto_schedule(c.outs, params={"y.fuse_rows": False}), c.args)
+    # (the column reduction on its own: not fused with the row reduction, sweep.py; the
+    # row reduction one row at a time, not in blocks of rows)
+    text = lowered(te.auto_schedule(c.outs, params={"y.fuse_rows": False, "tmp.row_block": 1}),
+                   c.args)
     m = re.search(r"y\.local = allocate\(float32\[(\d+)\]", text)
     assert m and int(m.group(1)) > 4 * LANES and int(m.group(1)) % LANES == 0, text
     # each vector of accumulators takes several rows (the unrolled reduction) in a register

@@ -65,7 +65,8 @@ def test_one_thread_needs_no_partial_sums():
     text = check(atax(301, 517), "llvm -num-threads=1", {"y.fuse_rows": True})
     assert "y.rf" not in text and "parallel" not in text
     # 8 rows of the statistic per block of the column sweep's rows (301 = 37 * 8 + 5)
-    assert re.search(r"for i\.outer in range\(0, 37\):\n\s+for i in range\(0, 8\):", text), text
+    assert re.search(r"for i\.outer in range\(0, 37\):\n\s+for i\.inner in unrolled\(0, 8\):"
+                     r"\n\s+for j\.inner in vectorized\(0, \d+\):\n\s+tmp\.rf\[", text), text
     assert "tmp = allocate(float32[8]" in text
 
 
