@@ -2,14 +2,18 @@
 started as fresh interpreters do, run OpenMP kernels, and end with the search."""
 import os
 import signal
+import socket
 import time
 
 import numpy as np
 import pytest
 
-from test_tune_auto import crash_task, init_state
+from conftest import poisoned, rand
+from test_tune_auto import (COLS, ROWS, crash_task, definition, init_state,
+                            schedule_ignoring_a_knob, space_with_dead_knob)
 
 import tedsl as te
+from tedsl import tune
 from tedsl.tune.workers import Worker, Zygote, _Forked, wait
 
 
@@ -181,3 +185,15 @@ def test_the_shared_zygote_is_kept_and_replaced_when_the_environment_changes(mon
     z3, (v3, parent3) = run_once()
     assert z3 is not z1 and z1.proc.poll() is not None
     assert v3 == "on" and parent3 == z3.proc.pid
+
+
+def test_without_fork_or_socket_passing_the_search_starts_interpreters(monkeypatch, rng):
+    monkeypatch.delattr(socket, "send_fds", raising=False)
+    assert Zygote.shared() is None
+    A, B = definition()
+    s = tune.auto(B, trials=2, progress=False, builders=1, space_fn=space_with_dead_knob,
+                  schedule_fn=schedule_ignoring_a_knob)
+    assert s.tune_result["failed"] == 0
+    a, out = rand(rng, (ROWS, COLS)), poisoned((ROWS,))
+    te.build(s, [A, B])(a, out)
+    np.testing.assert_allclose(out, a.astype(np.float64).sum(1), rtol=1e-5)

@@ -498,7 +498,8 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     except BaseException:
         for w in build_ws + [measure_w]:
             w.stop()
-        zygote.discard()
+        if zygote is not None:
+            zygote.discard()
         raise
     default = {k: v[0] for k, v in space.items()}
     history, failures = [], []

@@ -122,16 +122,20 @@ class Zygote:
         self.sock = mine
         self.pending = []            # handles waiting for their reply, in request order
         self.lock = threading.Lock()
+        self.broken = False          # its socket failed: it ended (maybe not yet reaped)
 
     @classmethod
     def shared(cls):
         """This process's zygote: started by its first search and kept for the next ones; a
         new one when the environment or ``sys.path`` changed since (the workers inherit the
-        zygote's) or when it ended.  It ends with this process."""
+        zygote's) or when it ended.  It ends with this process.  None where processes cannot
+        fork or pass sockets (the workers then start as fresh interpreters)."""
+        if not (hasattr(os, "fork") and hasattr(socket, "send_fds")):
+            return None
         env = _child_env()
         with _SHARED_LOCK:
             z = _SHARED.get("zygote")
-            if z is None or z.env != env or z.proc.poll() is not None:
+            if z is None or z.env != env or z.gone():
                 if z is not None:
                     z.stop()
                 z = _SHARED["zygote"] = cls(env)
@@ -150,10 +154,14 @@ class Zygote:
         importing: a spawn does not wait for it)."""
         box = []
         with self.lock:
-            if fds:
-                socket.send_fds(self.sock, [msg], list(fds))
-            else:
-                self.sock.sendall(msg)
+            try:
+                if fds:
+                    socket.send_fds(self.sock, [msg], list(fds))
+                else:
+                    self.sock.sendall(msg)
+            except OSError:
+                self.broken = True
+                raise
             self.pending.append(box)
         return box
 
@@ -163,9 +171,14 @@ class Zygote:
             try:
                 return self._read_until(box, timeout)
             except OSError:          # gone or unresponsive: its replies cannot be trusted
+                self.broken = True
                 if self.proc.poll() is None:
                     self.proc.kill()
                 raise
+
+    def gone(self):
+        """Whether the zygote ended (or cannot be used any more)."""
+        return self.broken or self.proc.poll() is not None
 
     def _read_until(self, box, timeout):
         self.sock.settimeout(timeout)
@@ -184,7 +197,7 @@ class Zygote:
 
     def spawn(self, fd):
         """Fork a worker serving on the socket ``fd`` (the caller closes its copy)."""
-        if self.proc.poll() is not None:
+        if self.gone():
             raise OSError("the zygote process ended")
         return _Forked(self, self._request(b"s", [fd]))
 
@@ -353,7 +366,7 @@ class Worker:
                if code is not None and code < 0 else f"the process exited with status {code}")
         tid = self.task
         if not self.ready and tid is None and isinstance(self.proc, _Forked) and \
-                self.zygote.proc.poll() is not None:
+                self.zygote.gone():
             self.zygote = None                  # the zygote is gone: a fresh interpreter
             self.restart()
             return None
