@@ -119,10 +119,15 @@ def test_gemm_odd_size_has_no_div_or_mod():
     from tedsl.cli import gemm_template
     from tedsl.tune import Space
     sch, args = gemm_template(Space({"tile_i": 8, "tile_j": 32, "unroll_k": 4,
-                                     "unroll_rows": True}), 257)
+                                     "unroll_rows": True}), 258)
     text = str(te.lower(sch, args))
     assert not re.search(r"//|%", text), text
     assert "Bp[0, k.outer * 4 + k.inner, j.c]" in text, text     # the panel of this j.outer
+    # 257 (one column past 8 panels) computes its last column apart, also without // or %
+    sch, args = gemm_template(Space({"tile_i": 8, "tile_j": 32, "unroll_k": 4,
+                                     "unroll_rows": True}), 257)
+    text = str(te.lower(sch, args))
+    assert not re.search(r"//|%", text) and "Ct[" in text, text
 
 
 def test_folded_indices_compute_the_same(rng):
