@@ -16,8 +16,8 @@ OpenMP or started LLVM, so OpenMP works in the workers as in a fresh interpreter
 worker then costs a fork instead of an interpreter and tedsl's imports (a third of a second of
 CPU each, which the workers of a search paid together at its start); a restarted worker (after
 a crash) is forked too.  A process keeps its zygote for its next searches
-(:meth:`Zygote.shared`), which then start their workers in milliseconds.  Without a zygote (or when it is gone) a worker is started as a fresh
-interpreter.
+(:meth:`Zygote.shared`), which then start their workers in milliseconds.  Without a zygote
+(or when it is gone) a worker is started as a fresh interpreter.
 """
 import multiprocessing.connection as mpc
 import os
@@ -86,9 +86,11 @@ def zygote_main(fd):
         if msg[:1] == b"s" and fds:
             pid = os.fork()
             if pid == 0:
-                ctl.close()
-                child_main(fds[0])
-                os._exit(0)
+                try:
+                    ctl.close()
+                    child_main(fds[0])
+                finally:
+                    os._exit(0)
             os.close(fds[0])
             reply = (pid, 0)
         elif msg[:1] == b"p":
