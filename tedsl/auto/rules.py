@@ -8,7 +8,10 @@
    inlines every other one: inlining both would multiply the work, 25 evaluations of the
    first of two 5-point sweeps per point), and a producer that a reduction reads through
    a sliding window (a convolution's padded input: each element is read by every tap and
-   filter) (knob ``<stage>.inline`` flips each).
+   filter), and a computed operand (not a plain copy) that a product-like reduction reuses
+   across one of its output axes (covariance's centred data, read as ``cen[k, a] *
+   cen[k, b]``: inlined, its arithmetic ran again at every reuse inside the register tiles)
+   (knob ``<stage>.inline`` flips each).
 2. ``rows``: an injective output whose row statistics are reductions over its trailing axis
    (softmax, layer_norm) computes them, and the expensive stages between, inside its parallel
    row loop; a statistic over a contiguous axis is vectorized by ``rfactor`` over the lanes,
@@ -283,6 +286,8 @@ class Sketch:
                 why = "shared"
             elif any(g.kind(c) == "reduction" and g.is_window_read(c, op) for c in cons):
                 why = "window"
+            elif self.reused_operand(op, cons):
+                why = "operand"
             elif len(cons) == 1 and g.kind(cons[0]) == "injective" and \
                     g.is_stencil_read(cons[0], op) and not g.is_guarded_read(cons[0], op) and \
                     len(g.loads(op)) >= 2 and len(op.axis) >= 1:
@@ -300,6 +305,24 @@ class Sketch:
                     self.deep.add(id(c))
             self.s[op].compute_inline()
             self.inlined.add(id(op))
+
+    def reused_operand(self, op, cons):
+        """Whether ``op`` computes something (not a plain copy) that a product-like reduction
+        reads at a point its register tiles reuse (the load invariant in one of its output
+        axes): inlined, the arithmetic runs again at every reuse (covariance's centred data
+        ``data[k, a] - mean[a]``, read as ``cen[k, a] * cen[k, b]``: a subtraction and a
+        division per row of the tile at every reduction step beside its FMAs)."""
+        if is_plain_copy(op):
+            return False
+        g = self.g
+        for c in cons:
+            if g.kind(c) != "reduction" or len(c.axis) < 2 or numel(c.shape) is None:
+                continue
+            for ld in g.loads(c):
+                if ld.tensor.op is op and any(not ld.depends(a.var) and ext_of(a) > 1
+                                              for a in c.axis):
+                    return True
+        return False
 
     def consumers(self, op):
         """Consumers of ``op`` looking through inlined stages."""
@@ -1062,6 +1085,13 @@ def ext_of(iv):
     """The constant extent of a root axis, else None."""
     b, e = const_int(iv.begin), const_int(iv.end)
     return None if b is None or e is None else e - b
+
+
+def is_plain_copy(op):
+    """Whether ``op``'s body is one tensor read (a transpose, a reshape, a padded copy's
+    value)."""
+    from ..ir import expr as E
+    return len(op.body) == 1 and type(op.body[0]) is E.TensorLoad
 
 
 def flat_reads(op):
