@@ -180,7 +180,7 @@ def _generate(func, tgt, fast_entry=True):
     sig, fast_ok, n_par)``; without ``fast_entry`` the module has no Python entry (a third
     of a small kernel's LLVM time) and is called through its packed entry."""
     lowered = str(func)
-    func = prepare_llvm(func)
+    func = prepare_llvm(func, target_mod.vector_bits(tgt))
     threads = cpu.init_threads()
     abi = cpu.numpy_abi() if fast_entry else None
     cpu_name, feats = target_mod.cpu_and_features(tgt)

@@ -453,23 +453,16 @@ def test_tedsl_num_threads_env_and_set_num_threads(env_threads, later):
     assert second == max(0, later - int(env_threads)), p.stdout
 
 
-@pytest.mark.parametrize("rows, width, padded", [(28, 14, False), (4, 31, False), (1, 14, True)])
+@pytest.mark.parametrize("rows, width, padded", [(28, 14, True), (4, 31, True), (1, 14, True)])
 def test_register_tile_rows_run_exact_width_unless_they_stay_apart(rows, width, padded, rng):
-    """A ``width``-lane register tile of ``rows`` rows in a stack buffer: padded to 16/32 lanes
-    only when the padded registers of different rows cannot overlap (one row); rows 14 apart
-    read as 16 lanes would overlap and put the whole tile through memory (15x slower)."""
+    """A ``width``-lane register tile of ``rows`` rows in a stack buffer runs padded to 16/32
+    lanes: its rows are laid out whole registers apart (``pad_register_tiles``), so the padded
+    registers of different rows cannot overlap (rows 14 apart read as 16 lanes would, and
+    put the whole tile through memory, 15x slower; then the exact width is kept)."""
+    from test_pad_tiles import register_tile
     K = 24
-    A = te.placeholder((rows, K), "float32", name="A")
-    B = te.placeholder((K, width), "float32", name="B")
-    k = te.reduce_axis((0, K), name="k")
-    C = te.compute((rows, width), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C)
-    CL = s.cache_write(C, "local")
-    i, j = s[CL].op.axis
-    s[CL].reorder(s[CL].op.reduce_axis[0], i, j)
-    s[CL].unroll(i)
-    s[CL].vectorize(j)
-    f = te.build(s, [A, B, C])
+    s, args = register_tile(rows, width, K)
+    f = te.build(s, args)
     wide = 32 if width > 16 else 16          # the padded width with 8 or 16 lanes a register
     assert (f"<{wide} x float>" in f.get_source("ll")) == padded
     a = rng.uniform(0.5, 1.5, (rows, K)).astype("float32")

@@ -26,6 +26,7 @@ from ..ir import expr as E
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import visit
+from ..transform.pad_tiles import padded_width
 from .llvm_expr import I1, I64
 from .llvm_memory import _nodes
 
@@ -119,7 +120,7 @@ class SimdEmitter:
         self._serial_loop(s, stop, hi)
 
     def _vector_body(self, s, W, start_value=None):
-        Wp = _padded_width(W, self._machine_lanes(s.body)) if _pad_safe(s.body) else W
+        Wp = padded_width(W, self._machine_lanes(s.body)) if _pad_safe(s.body) else W
         if Wp != W and not self._rows_apart(s.body, Wp):
             Wp = W
         start = E.Var(s.var.name + ".start", "int64")
@@ -214,16 +215,6 @@ class SimdEmitter:
         addr = self._addr(buf, self.expr(E.binary("add", base,
                                                   E.cast(self.lane_start_var, "int64"))))
         self.b.store(new, addr, align=max(1, dt.itemsize(buf.dtype)))
-
-
-def _padded_width(W, lanes):
-    """The width a ``W``-lane body runs at: whole registers of ``lanes`` (or the next power of
-    two below one register); ``W`` itself when it already is."""
-    if W <= 1 or W & (W - 1) == 0 or W % lanes == 0:
-        return W
-    if W < lanes:
-        return 1 << (W - 1).bit_length()
-    return -(-W // lanes) * lanes
 
 
 def _pad_safe(s):

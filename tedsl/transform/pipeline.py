@@ -18,6 +18,7 @@ Shared (``lower``)
 
 CPU (``prepare_llvm``, then ``codegen.llvm``)
     11. ``unroll``                expand ``unrolled`` loops with constant bounds
+    12. ``pad_register_tiles``    rows of small stack buffers padded to whole registers
 
 GPU (``runtime.cuda_module.build_cuda``, then ``codegen.cuda`` and NVRTC)
     11. ``lower_threads``         kernels, launch geometry, shared memory, barriers
@@ -34,6 +35,7 @@ from . import simplify as simplify_pass
 from . import verify
 from .fuse_loops import fuse_loops
 from .normalize import normalize_loops
+from .pad_tiles import pad_register_tiles
 from .tensorize import tensorize
 from .unroll import unroll
 
@@ -67,6 +69,8 @@ def lower(s, args, name="main", simple_mode=False):
     return func
 
 
-def prepare_llvm(func):
-    """The CPU-only passes between ``lower`` and LLVM code generation."""
-    return _run(unroll, func, "unroll")                                    # 11
+def prepare_llvm(func, vector_bits=None):
+    """The CPU-only passes between ``lower`` and LLVM code generation (``vector_bits``: the
+    target's SIMD width, for the layout of register tiles; None leaves them as lowered)."""
+    func = _run(unroll, func, "unroll")                                    # 11
+    return _run(lambda f: pad_register_tiles(f, vector_bits), func, "pad_register_tiles")  # 12
