@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tedsl as te
-from tedsl.transform.pad_tiles import pad_register_tiles, padded_width
+from tedsl.transform.pad_tiles import pad_register_tiles
 from tedsl.transform.pipeline import prepare_llvm
 from tedsl.tir import nodes as N
 from tedsl.tir.functor import visit
@@ -35,11 +35,6 @@ def register_tile(rows, width, K=24):
     s[CL].unroll(i)
     s[CL].vectorize(j)
     return s, [A, B, C]
-
-
-def test_padded_width():
-    assert [padded_width(w, 16) for w in (1, 8, 12, 14, 16, 17, 31, 32, 63, 64)] == \
-        [1, 8, 16, 16, 16, 32, 32, 32, 64, 64]
 
 
 @pytest.mark.parametrize("bits, stride", [(512, 16), (256, 16), (128, 16), (None, 14)])

@@ -72,6 +72,6 @@ def test_tail_with_integer_division_keeps_exact_width(rng):
 
 
 def test_padded_width():
-    from tedsl.codegen.llvm_simd import _padded_width
-    assert [_padded_width(w, 16) for w in (1, 6, 8, 16, 31, 40, 48, 64)] == \
+    from tedsl.transform.pad_tiles import padded_width
+    assert [padded_width(w, 16) for w in (1, 6, 8, 16, 31, 40, 48, 64)] == \
         [1, 8, 8, 16, 32, 48, 48, 64]
