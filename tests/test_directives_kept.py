@@ -476,3 +476,29 @@ def test_vectorized_inner_tile_loop_over_a_diagonal_footprint(rng):
     t1 = a * 2 - 1
     check_kernel(s, [A, T2], [a], t1[:11, :11] + t1[1:12, 1:12] * 3 + t1[1:12, 2:13] * 3,
                  rtol=0, atol=0)
+
+
+def test_a_parallel_loop_isl_cannot_keep_is_refused_by_name(monkeypatch):
+    """Where neither isl's separate nor its atomic generation leaves a loop for a parallel
+    directive, the build is refused with the call and what to do (never a serial copy)."""
+    from tedsl.poly import astgen
+    A = te.placeholder((7, 7), "float32", name="A")
+    T1 = te.compute((7, 7), lambda i, j: A[i, j] * 2, name="T1")
+    T2 = te.compute((7, 7), lambda i, j: T1[i, j] + 1, name="T2")
+    s = te.create_schedule(T2)
+    s[T1].compute_at(s[T2], T2.op.axis[0])
+    s[T1].parallel(T1.op.axis[1])
+    real = astgen._lost_loops
+
+    def lost(tree, program, width):
+        out = dict(real(tree, program, width))
+        for st in program.statements:
+            if st.stage.op.name == "T1":
+                out[T1.op.axis[1]] = (st.stage, "parallel", st)
+        return out
+    monkeypatch.setattr(astgen, "_lost_loops", lost)
+    with pytest.raises(te.TedslError, match=r"^s\[T1\]\.parallel\(j\): isl cannot generate j "
+                                            r"as one loop: .*T1 is computed at loop i of T2.*"
+                                            r"parallel a loop around it, or attach T1 "
+                                            r"elsewhere"):
+        te.lower(s, [A, T2])
