@@ -1,7 +1,9 @@
 """auto_schedule keeps a computed operand of a product-like reduction as a stage of its own
-(covariance's centred data ``cen = data - mean``, read as ``cen[k, a] * cen[k, b]``):
+when the reduction reads it in place along its rows (``S[i, k]`` with ``S = A * 2 - 1``):
 inlined, its arithmetic would run again at every reuse inside the register tiles (knob
-``<stage>.inline``).  Elsewhere (a reduction that does not reuse it) it is still inlined."""
+``<stage>.inline``).  Read down its columns (covariance's centred data ``cen[k, a]``) both
+sides are packed into panels, which compute it once per element, so it is inlined there;
+and a reduction that does not reuse it inlines it too."""
 import os
 import re
 import sys
@@ -25,26 +27,52 @@ def covariance(n, m):
     return pk.covariance(n, m, np.random.default_rng(SEED))
 
 
-def tile_updates(text):
-    return [ln for ln in text.splitlines() if re.search(r"upper\.local\[.*\] = upper\.local", ln)]
+def tile_updates(text, name):
+    return [ln for ln in text.splitlines() if re.search(r"%s\.local\[.*\] = %s\.local" % (name, name),
+                                                        ln)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("sizes", [(37, 45), (130, 70)])
-def test_covariance_keeps_the_centred_data_and_matches_numpy(sizes, threads):
+def test_covariance_packs_both_operands_and_matches_numpy(sizes, threads):
     text = check(covariance(*sizes), f"llvm -num-threads={threads}", None)
-    assert re.search(r"cen = allocate\(float32\[%d, %d\]" % sizes, text), text
-    updates = tile_updates(text)
-    assert updates and all("cen[" in ln and "total" not in ln
-                           for ln in updates), updates
-
-
-def test_covariance_inlined_centred_data_matches_numpy():
-    c = covariance(61, 33)
-    assert sketch_space(c.outs)["cen.inline"] == [False, True]
-    text = check(c, "llvm -num-threads=2", {"cen.inline": True})
     assert "cen = allocate" not in text
-    assert any("total" in ln for ln in tile_updates(text))
+    updates = tile_updates(text, "upper")
+    # the tiles read only the two packed operands, the centring computed in the packs
+    assert updates and all("upper_pack[" in ln and "upper_pack2[" in ln and "total" not in ln
+                           for ln in updates), updates
+    space = sketch_space(covariance(*sizes).outs)
+    assert space["upper.pack_rows"] == [True, False]
+
+
+@pytest.mark.parametrize("params", [{"cen.inline": False}, {"upper.pack_rows": False}])
+def test_covariance_other_knobs_match_numpy(params):
+    check(covariance(61, 33), "llvm -num-threads=2", params)
+
+
+def product(m, k_, n):
+    A = te.placeholder((m, k_), name="A")
+    B = te.placeholder((k_, n), name="B")
+    S = te.compute((m, k_), lambda i, k: A[i, k] * 2.0 - 1.0, name="S")
+    k = te.reduce_axis((0, k_), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(S[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+@pytest.mark.parametrize("params", [None, {"S.inline": True}])
+def test_computed_row_operand_is_kept_and_matches_numpy(rng, params):
+    m, k_, n = 37, 45, 70
+    A, B, C = product(m, k_, n)
+    assert sketch_space([C])["S.inline"] == [False, True]
+    s = te.auto_schedule([C], params=params)
+    text = str(te.lower(s, [A, B, C]))
+    assert ("S = allocate" in text) == (params is None), text
+    f = te.build(s, [A, B, C])
+    a = rng.uniform(0.5, 1.5, (m, k_)).astype(np.float32)
+    b = rng.uniform(0.5, 1.5, (k_, n)).astype(np.float32)
+    out = poisoned((m, n))
+    f(a, b, out)
+    np.testing.assert_allclose(out, (a.astype(np.float64) * 2 - 1) @ b, rtol=2e-5, atol=1e-5)
 
 
 def test_computed_operand_without_reuse_is_inlined(rng):
