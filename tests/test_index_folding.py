@@ -141,3 +141,23 @@ def test_folded_indices_compute_the_same(rng):
     a = rand(rng, (45, 70))
     check_kernel(sch, [A, B], [a], a + a[::-1, ::-1])
     assert np.isfinite(a).all()
+
+
+def test_comparison_cancels_terms_on_both_sides():
+    """A guard isl writes with the same terms on both sides prints with them cancelled:
+    ``i * 9 + j + f - 8 == i * 9 + j + 10`` is ``f == 18``."""
+    from tedsl.ir import expr as E
+    from tedsl.ir.functor import substitute
+    from tedsl.ir.simplify import simplify
+    i, j, f = te.var("i"), te.var("j"), te.var("f")
+    cases = [(E.compare("eq", i * 9 + j + f - 8, i * 9 + j + 10), "f == 18"),
+             (E.compare("le", i * 9 + j, i * 9 + 2 * j - f + 3), "f <= j + 3"),
+             (E.compare("lt", i + 3, i + f), "3 < f"),
+             (E.compare("lt", i + 3, j + f), "i + 3 < j + f")]
+    for c, text in cases:
+        assert str(simplify(c)) == text
+    for iv, jv, fv in [(0, 0, 18), (2, 5, 17), (1, -3, 4)]:
+        env = {i: E.Const(iv, "int32"), j: E.Const(jv, "int32"), f: E.Const(fv, "int32")}
+        for c, _ in cases:
+            assert bool(simplify(substitute(c, env))) == bool(simplify(substitute(simplify(c),
+                                                                                  env)))

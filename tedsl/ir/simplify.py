@@ -176,6 +176,16 @@ def _rule(e):
             diff = {v: la[0].get(v, 0) - lb[0].get(v, 0) for v in {**la[0], **lb[0]}}
             if all(c == 0 for c in diff.values()):
                 return E.Const(E._fold_cmp(e.op, la[1] - lb[1], 0), "bool")
+            if any(v in lb[0] for v in la[0]):
+                # terms on both sides cancel: ``i * 9 + j + f - 8 == i * 9 + j + 10`` is
+                # ``f == 18`` (positive terms left, the rest and the constant right)
+                dtype = e.a.dtype
+                left = {v: c for v, c in diff.items() if c > 0}
+                right = {v: -c for v, c in diff.items() if c < 0}
+                c = lb[1] - la[1]
+                if not left:
+                    return E.Cmp(e.op, E.Const(-c, dtype), from_linear(right, 0, dtype))
+                return E.Cmp(e.op, from_linear(left, 0, dtype), from_linear(right, c, dtype))
     if t is E.Select:
         return _select_rule(e)
     return None
