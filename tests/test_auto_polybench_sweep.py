@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tedsl as te
-from tedsl.auto import machine, sketch_space
+from tedsl.auto import machine, rules, sketch_space
 from tedsl.codegen.target import parse
 
 from conftest import SEED, poisoned
@@ -93,3 +93,15 @@ def test_a_row_statistic_read_elsewhere_is_not_fused():
     t = a.astype(np.float64) @ v
     np.testing.assert_allclose(yo, a.T.astype(np.float64) @ t, rtol=2e-5)
     np.testing.assert_allclose(zo, 2 * t, rtol=2e-5)
+
+
+def test_column_sweep_takes_up_to_a_third_of_l1_per_run():
+    c = pk.bicg(40, 2050, np.random.default_rng(SEED))
+    m = machine.machine(parse("llvm -num-threads=1"))
+    lanes = m.lanes("float32")
+    most = m.l1 // rules.SWEEP_L1 // 4
+    blocks = -(-2050 // most)
+    width = -(-(-(-2050 // blocks)) // lanes) * lanes
+    text = check(c, "llvm -num-threads=1", None)
+    # (48 KB of L1: the whole row of 2050 accumulators, 8200 bytes, in one run)
+    assert f"s.local = allocate(float32[{min(width, 2050)}]" in text, text
