@@ -79,10 +79,9 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   split among the threads by rfactor (tedsl/auto/sweep.py): `A` is read from memory once.
   bicg's two reductions are both outputs, which the schedule computes at the root: each
   still streams the matrix on its own (missing: a primitive computing one output inside
-  another's loops, as TVM's `compute_with`).  The column
-  reduction sweeps each row in runs of up to a third of L1 (16 KB) with a row of accumulators there, 4 rows
-  per step (a register tile of 32 columns read two cache lines per row, every row a page
-  apart); the row reduction keeps 4 vector chains.
+  another's loops, as TVM's `compute_with`).  The column reduction sweeps each row in runs
+  of up to a third of L1 (16 KB) with a row of accumulators there, 4 rows per step (a
+  register tile of 32 columns read two cache lines per row, every row a page apart).
 - **gesummv, bicg's `q`, atax's `tmp`** (row reductions `A x`): 8 rows reduced together,
   a vector of partial sums per row (each vector of `x` loaded once per 8 rows, 8
   independent chains); gesummv's two reductions are computed per block of rows of `y`
