@@ -28,8 +28,8 @@ def covariance(n, m):
 
 
 def tile_updates(text, name):
-    return [ln for ln in text.splitlines() if re.search(r"%s\.local\[.*\] = %s\.local" % (name, name),
-                                                        ln)]
+    pat = r"%s\.local\[.*\] = %s\.local" % (name, name)
+    return [ln for ln in text.splitlines() if re.search(pat, ln)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
