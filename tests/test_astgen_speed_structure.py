@@ -115,7 +115,7 @@ def test_atomic_options_name_only_the_loops_outside_them(recorded):
         smap = m if smap is None else smap.union(m)
     dims = ", ".join(f"t{d}" for d in range(width))
     options = astgen._one_parallel_loop(isl.UnionMap(f"{{ [{dims}] -> separate[x] }}"),
-                                        program, pieces, smap, width)
+                                        program, pieces, smap, list(range(width)))
     atomic = []
     options.foreach_map(lambda m: atomic.append(m) if m.get_tuple_name(
         isl.dim_type.out) == "atomic" else None)

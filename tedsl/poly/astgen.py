@@ -141,9 +141,10 @@ def children(node):
 # -- isl AST -> loop tree ---------------------------------------------------------------------
 
 class AstConverter:
-    def __init__(self, program, stmts=None, leaves=None, smap=None):
+    def __init__(self, program, stmts=None, leaves=None, smap=None, keep=None):
         self.program = program
         self.smap = smap       # the schedule map generated (for loops over ordering values)
+        self.keep = keep       # isl schedule dimension -> schedule position (None: the same)
         self.stmts = stmts if stmts is not None else program.by_name   # isl name -> Statement
         self.leaves = leaves or {}   # isl name -> (loop-value Vars, iterator values over them)
         self.env = {}          # isl iterator name -> Var
@@ -291,7 +292,7 @@ class AstConverter:
             it = node.for_get_iterator().get_id().get_name()
             dim = int(it[1:])
             stmt = self._first_stmt(node.for_get_body())
-            entry = stmt.sched[dim]
+            entry = stmt.entry(dim if self.keep is None else self.keep[dim])
             if isinstance(entry, int):
                 return self._ordering_loop(node, it, dim)
             iv = entry[0]
@@ -592,7 +593,7 @@ def _pieces(program, width):
     return out, par
 
 
-def _one_parallel_loop(options, program, pieces, smap, width, lost=frozenset()):
+def _one_parallel_loop(options, program, pieces, smap, keep, lost=frozenset()):
     """``options`` with ``atomic`` instead of ``separate`` at the schedule points of every
     loop that must stay one loop (:func:`_one_loop`), in every statement.  A partial tile met in only some
     iterations of a parallel loop (the last row tile, in the last of the loop's values) is a
@@ -606,9 +607,11 @@ def _one_parallel_loop(options, program, pieces, smap, width, lost=frozenset()):
     loop, made isl's AST generation of a tiled GEMM twice as slow as with ``separate``
     alone (the same loops come out)."""
     S = isl.dim_type.set
+    width = len(keep)       # the dimensions of ``smap``: schedule positions ``keep``
     for name, (s, _dom) in pieces.items():
-        dims = [d for d in range(min(width, len(s.sched))) if _one_loop(program, s, d)
-                or not isinstance(s.sched[d], int) and s.sched[d][0] in lost]
+        dims = [k for k, p in enumerate(keep) if p < len(s.sched) and (
+            _one_loop(program, s, p) or
+            not isinstance(s.sched[p], int) and s.sched[p][0] in lost)]
         pts = _range_of(smap, name) if dims else None
         if pts is None:
             continue
@@ -704,10 +707,11 @@ def _strided_hull(m, d):
     S = isl.dim_type.set
     rng = m.range()
     n = rng.dim(S)
-    pairs = isl.Map.from_domain_and_range(rng, rng)
+    head = rng.project_out(S, d + 1, n - d - 1)     # the differences at d need no more
+    pairs = isl.Map.from_domain_and_range(head, head)
     for k in range(d):
         pairs = pairs.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
-    diff = pairs.deltas().project_out(S, d + 1, n - d - 1).project_out(S, 0, d)
+    diff = pairs.deltas().project_out(S, 0, d)
     diff = diff.project_out(isl.dim_type.param, 0, diff.dim(isl.dim_type.param))
     pos = diff.lower_bound_val(S, 0, isl.Val.one(diff.get_ctx()))
     if pos.is_empty():
@@ -898,17 +902,25 @@ def _generate(program, mode):
         m = isl.UnionMap.from_map(_rows_as_one_loop(m, program, s))
         smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
-    options = None
-    if mode is not None:
-        dims = ", ".join(f"t{d}" for d in range(width))
-        options = isl.UnionMap(f"{{ [{dims}] -> {mode}[x] }}")
-    elif len(pieces) > len(program.statements) or shifts:
-        # full tiles apart from partial ones; a parallel loop stays one loop where the same
-        # statements run in all its iterations (_pieces keeps them one statement)
-        dims = ", ".join(f"t{d}" for d in range(width))
-        options = isl.UnionMap(f"{{ [{dims}] -> separate[x] }}")
-    tree = _convert(build if options is None else build.set_options(options), smap,
-                    program, pieces, leaves)
+    full = smap
+    for smap, keep in (_compress(full, width, program, shifts), (full, list(range(width)))):
+        options = None
+        dims = ", ".join(f"t{d}" for d in range(len(keep)))
+        if mode is not None:
+            options = isl.UnionMap(f"{{ [{dims}] -> {mode}[x] }}")
+        elif len(pieces) > len(program.statements) or shifts:
+            # full tiles apart from partial ones; a parallel loop stays one loop where the
+            # same statements run in all its iterations (_pieces keeps them one statement)
+            options = isl.UnionMap(f"{{ [{dims}] -> separate[x] }}")
+        try:
+            tree = _convert(build if options is None else build.set_options(options), smap,
+                            program, pieces, leaves, keep)
+            break
+        except isl.Error:
+            # isl's coalescing failed an internal check on the compressed schedule (fuzz
+            # case 'loop over ordering values of a coalesced statement'): all dimensions
+            if len(keep) == width:
+                raise
     lost = _lost_loops(tree, program, width)
     if not lost and _inside_parallel_loops(tree, program, width):
         return tree
@@ -917,13 +929,13 @@ def _generate(program, mode):
     # slower, fuzz seed 1501 case 2666)
     if options is None:
         options = isl.UnionMap.empty(isl.Space.params_alloc(smap.get_ctx(), 0))
-    atomic = _one_parallel_loop(options, program, pieces, smap, width, lost)
+    atomic = _one_parallel_loop(options, program, pieces, smap, keep, lost)
     ctx = smap.get_ctx()
     ctx.reset_operations()
     ctx.set_max_operations(ATOMIC_OPERATIONS)
     try:
         other = None if atomic is options else \
-            _convert(build.set_options(atomic), smap, program, pieces, leaves)
+            _convert(build.set_options(atomic), smap, program, pieces, leaves, keep)
     except isl.Error:
         # isl's coalescing can fail on the atomic option domains (an internal
         # tableau check, fuzz seed 1501 case 1690): the separate tree is correct
@@ -947,10 +959,30 @@ def _generate(program, mode):
 ATOMIC_OPERATIONS = 5_000_000
 
 
-def _convert(build, smap, program, pieces, leaves):
+def _convert(build, smap, program, pieces, leaves, keep=None):
     node = build.node_from_schedule_map(smap)
     return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves,
-                        smap).node(node)
+                        smap, keep).node(node)
+
+
+def _compress(smap, width, program, shifts):
+    """``smap`` without the schedule dimensions that are 0 for every instance (ordering
+    entries no statement sets, a statement's padding past its last loop), and the schedule
+    position of each dimension left.  The order of the instances is the same; isl's AST
+    generation costs with every dimension, even a constant one (a register-tiled GEMM has
+    17, 7 of them always 0: about 40% of its generation time).  Read off the statements'
+    entries (projecting the schedule's range took minutes below ``mod`` constraints): an
+    ordering entry 0 everywhere, not moved by :func:`_after_full_tiles`."""
+    moved = {d + 1 for s in program.statements for d, x in enumerate(s.sched[:width - 1])
+             if not isinstance(x, int) and len(x) <= 2 and x[0] in shifts}
+    keep = [d for d in range(width) if d in moved or any(
+        not isinstance(s.entry(d), int) or s.entry(d) != 0 for s in program.statements)]
+    if len(keep) == width:
+        return smap, keep
+    keep = keep or [0]
+    src = ", ".join(f"t{d}" for d in range(width))
+    dst = ", ".join(f"t{d}" for d in keep)
+    return smap.apply_range(isl.UnionMap(f"{{ [{src}] -> [{dst}] }}")), keep
 
 
 def _inside_parallel_loops(tree, program, width):
