@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tedsl as te
+from conftest import check_kernel, rand
 
 POISON = -12345
 
@@ -267,3 +268,29 @@ def test_mod_cancelled_by_an_earlier_mod_expansion():
     f(a, out)
     t1 = np.tril(a).sum(axis=1)
     np.testing.assert_allclose(out, np.broadcast_to(2 * t1[None, :], (17, 17)), rtol=1e-12)
+
+
+def test_cut_of_a_vector_loop_under_a_tile_of_nparts_fuses_is_bounded(rng):
+    """Fuzz seed 2201 case 494: a min-reduction over symbolic sizes, tiled, split by nparts,
+    fused, reordered and tiled again with a vectorized loop inside: isl's bounds of that loop
+    (for its full/partial cut) took 50 s, and the check of the loop tree another 4 s.  Both
+    now run within a budget (the loop keeps its run-time full/tail test, the tree with 50
+    divisions in one call's conditions is not checked); the build takes about a second."""
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((m, n), "float64", name="A")
+    B = te.placeholder((n, m), "float64", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    T1 = te.compute((m, m), lambda i, j: te.min(A[i, k] * B[k, j], axis=k), name="T1")
+    s = te.create_schedule([T1])
+    i_o, j_o, i_i, j_i = s[T1].tile(T1.op.axis[0], T1.op.axis[1], 32, 5)
+    s[T1].parallel(i_o)
+    i_inner_o, i_inner_i = s[T1].split(i_i, nparts=2)
+    fused = s[T1].fuse(i_inner_i, j_i)
+    s[T1].reorder(T1.op.reduce_axis[0], j_o, i_o, i_inner_o)
+    s[T1].vectorize(i_inner_o)
+    k_o, j_outer_o, k_i, j_outer_i = s[T1].tile(T1.op.reduce_axis[0], j_o, 16, 7)
+    i_outer_o, f1, i_outer_i, f2 = s[T1].tile(i_o, fused, 2, 32)
+    s[T1].fuse(f1, i_outer_i, f2)
+    a, b = rand(rng, (3, 16), "float64"), rand(rng, (16, 3), "float64")
+    check_kernel(s, [A, B, T1], [a, b], (a[:, :, None] * b[None, :, :]).min(axis=1),
+                 rtol=0, atol=0)
