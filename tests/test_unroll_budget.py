@@ -109,3 +109,25 @@ def test_copies_of_a_kept_loop_within_the_budget_compute(rng):
     s[C].unroll(f)
     mod = te.build(s, [A, B, C])
     _check(mod, A, B, C, rng)
+
+
+def test_conditional_values_count_as_branches():
+    """Fuzz seed 2301 case 11885: an rfactor'd reduction over a symbolic extent (each value an
+    ``if_then_else`` of its bound) with two loops of 24 unrolled: 576 stores with a branch
+    each took LLVM 14 s.  Each ``if_then_else`` counts ``BRANCH_COST`` more, so it is refused
+    with the split that fits (288 such stores build in under a second)."""
+    from tedsl.transform.unroll import BRANCH_COST
+    m = te.var("m")
+    B = te.placeholder((24, m), "int32", name="B")
+    C = te.placeholder((m, 24), "int32", name="C")
+    k = te.reduce_axis((0, m), name="k")
+    T = te.compute((24, 24), lambda i, j: te.max(B[i, k] * C[k, j], axis=k), name="T")
+    s = te.create_schedule(T)
+    R = s.rfactor(T, T.op.reduce_axis[0])
+    s[R].unroll(R.op.axis[1])
+    s[R].pragma(R.op.axis[2], "unroll_explicit")
+    per = 24 * (1 + BRANCH_COST)
+    with pytest.raises(te.ScheduleError, match=r"s\[T\.rf\]\.unroll\(i\): the loop has 24 "
+                       r"iterations of %d statements \(%d in all\), more than the unroll "
+                       r"limit of 1024 statements; split it" % (per, 24 * per)):
+        te.build(s, [B, C, T])
