@@ -889,7 +889,10 @@ def generate(program):
     if not problems:
         return tree
     for mode in ("atomic", "separate"):
-        other = _generate(program, mode)
+        try:
+            other = _generate(program, mode)
+        except isl.Error:
+            continue
         if astcheck.check(program, other) == []:
             return other
     raise InternalError(
