@@ -46,7 +46,7 @@ def pad_register_tiles(func, vector_bits):
     new = {}
 
     def padded(buf):
-        shape = [simplify_const(x) for x in buf.shape]
+        shape = [_const_value(x) for x in buf.shape]
         if buf.scope not in ("local", "global") or buf.strides is not None or buf in taken or \
                 len(shape) < 2 or None in shape:
             return None
@@ -90,6 +90,6 @@ def pad_register_tiles(func, vector_bits):
     return N.PrimFunc(func.name, func.params, body, func.size_vars, func.attrs)
 
 
-def simplify_const(x):
+def _const_value(x):
     """The integer value of a constant extent, else None."""
     return int(x.value) if isinstance(x, E.Const) else None
