@@ -50,6 +50,12 @@ def linear(e):
     return _lin(e, False)
 
 
+def affine_terms(e):
+    """``linear(e)`` where non-affine integer terms (``//``, ``%``, ``min``, ``max``) stand as
+    :class:`Atom` variables; None if ``e`` is not integer or has other terms."""
+    return _lin(e, True)
+
+
 def _lin(e, atoms):
     """``linear``; with ``atoms``, non-affine integer terms become :class:`Atom` variables."""
     if not (dt.is_int(e.dtype) or dt.is_bool(e.dtype)):

@@ -14,14 +14,16 @@ Shared (``lower``)
     7. ``fuse_loops``             join the parts of fuses over symbolic extents
     8. ``simplify``               resolve ``//``, ``%``, ``min`` and guards with loop ranges
     9. ``tensorize``              nests marked by ``s[T].tensorize`` -> the intrinsic
-    10. ``check_defined``         every variable is an argument, a size or bound
+    10. ``partition_loops``       serial loops split where every affine test of their body
+        holds (the tests dropped there); tests decided by an enclosing test dropped
+    11. ``check_defined``         every variable is an argument, a size or bound
 
 CPU (``prepare_llvm``, then ``codegen.llvm``)
-    11. ``unroll``                expand ``unrolled`` loops with constant bounds
-    12. ``pad_register_tiles``    rows of small stack buffers padded to whole registers
+    12. ``unroll``                expand ``unrolled`` loops with constant bounds
+    13. ``pad_register_tiles``    rows of small stack buffers padded to whole registers
 
 GPU (``runtime.cuda_module.build_cuda``, then ``codegen.cuda`` and NVRTC)
-    11. ``lower_threads``         kernels, launch geometry, shared memory, barriers
+    12. ``lower_threads``         kernels, launch geometry, shared memory, barriers
 
 With ``TEDSL_VERIFY=1`` in the environment (the test suite sets it) the cheap structural
 verifier :func:`tedsl.transform.verify.check` runs after every pass from 4 on.
@@ -36,6 +38,7 @@ from . import verify
 from .fuse_loops import fuse_loops
 from .normalize import normalize_loops
 from .pad_tiles import pad_register_tiles
+from .partition import partition_loops
 from .tensorize import tensorize
 from .unroll import unroll
 
@@ -65,12 +68,13 @@ def lower(s, args, name="main", simple_mode=False):
     func = _run(fuse_loops, func, "fuse_loops")                            # 7
     func = _run(simplify_pass.simplify, func, "simplify with loop ranges")  # 8
     func = _run(tensorize, func, "tensorize")                              # 9
-    func = verify.check_defined(func)                                      # 10
+    func = _run(partition_loops, func, "partition_loops")                  # 10
+    func = verify.check_defined(func)                                      # 11
     return func
 
 
 def prepare_llvm(func, vector_bits=None):
     """The CPU-only passes between ``lower`` and LLVM code generation (``vector_bits``: the
     target's SIMD width, for the layout of register tiles; None leaves them as lowered)."""
-    func = _run(unroll, func, "unroll")                                    # 11
-    return _run(lambda f: pad_register_tiles(f, vector_bits), func, "pad_register_tiles")  # 12
+    func = _run(unroll, func, "unroll")                                    # 12
+    return _run(lambda f: pad_register_tiles(f, vector_bits), func, "pad_register_tiles")  # 13
