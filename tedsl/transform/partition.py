@@ -186,9 +186,10 @@ def _body_facts(body, v, ranges):
     """The conditions tested in ``body`` (conjuncts of ``if_then_else`` / ``select``
     conditions), the ranges of the loops inside it (None where not constant), the variables
     let-bound in it, its number of expression nodes once unrolled, how many of those are in
-    expressions that test, and whether ``v`` indexes a stack buffer in it."""
+    expressions that test, and whether it must stay whole (``v`` indexes a stack buffer in
+    it, or it holds a parallel or thread loop)."""
     tests, inner, lets = [], {}, set()
-    state = {"count": 0, "tested": 0, "stack": False}
+    state = {"count": 0, "tested": 0, "stack": False, "threads": False}
 
     def visit_expr(e, weight):
         before = len(tests), state["count"]
@@ -210,6 +211,8 @@ def _body_facts(body, v, ranges):
     def go(s, rng, weight):
         t = type(s)
         if t is N.For:
+            if s.kind not in ("serial", "vectorized", "unrolled"):
+                state["threads"] = True
             lo, hi = min_of(s.lo, rng), max_of(s.hi, rng)
             known = lo is not None and hi is not None and s.step == 1 and hi > lo
             inner[s.var] = (lo, hi - 1) if known else None
@@ -233,7 +236,8 @@ def _body_facts(body, v, ranges):
             go(k, rng, weight)
 
     go(body, ranges, 1)
-    return tests, inner, lets, state["count"], state["tested"], state["stack"]
+    return (tests, inner, lets, state["count"], state["tested"],
+            state["stack"] or state["threads"])
 
 
 def _wide(e):
@@ -312,11 +316,12 @@ def _tightest(bounds, pick):
 
 def _partition(s, ranges, known):
     """The pieces of serial loop ``s`` (a list of statements), or None to keep it whole."""
-    tests, inner, lets, count, tested, stack = _body_facts(s.body, s.var, ranges)
-    if not tests or count > MAX_BODY_NODES or 2 * tested < count or stack:
+    tests, inner, lets, count, tested, whole = _body_facts(s.body, s.var, ranges)
+    if not tests or count > MAX_BODY_NODES or 2 * tested < count or whole:
         # Kept whole: a body mostly free of tests (a register tile with a guarded copy-out:
-        # two copies of the tile for a cheaper copy-out), and a loop indexing a register
-        # tile (LLVM unrolls it, constant bounds, and keeps the tile in registers).
+        # two copies of the tile for a cheaper copy-out); a loop indexing a register tile
+        # (LLVM unrolls it, constant bounds, and keeps the tile in registers); a loop
+        # around a parallel region or a kernel launch (one region, one kernel).
         return None
     v = s.var
     los, his, used = [], [], []
