@@ -39,6 +39,7 @@ from ..ir import expr as E
 from ..ir.functor import free_vars, transform, walk
 from ..ir.simplify import Atom, affine_terms, from_linear, simplify as simplify_expr
 from ..tir import nodes as N
+from ..tir.functor import rewrite
 from .simplify import max_of, min_of
 
 #: A loop body with more expression nodes than this (unrolled loops counted as their copies)
@@ -157,27 +158,6 @@ def _has_test(e, memo):
         E.IfThenElse, E.Select) else None)
     memo[id(e)] = (e, bool(found))
     return bool(found)
-
-
-def _map_stmt_exprs(s, f):
-    """``s`` with ``f`` applied to the expressions of every statement in it."""
-    t = type(s)
-    if t is N.Seq:
-        return N.seq([_map_stmt_exprs(c, f) for c in s.stmts] or [N.Seq([])])
-    if t is N.For:
-        return s.replace(body=_map_stmt_exprs(s.body, f))
-    if t is N.LetStmt:
-        return N.LetStmt(s.var, f(s.value), _map_stmt_exprs(s.body, f))
-    if t is N.IfThen:
-        return N.IfThen(f(s.cond), _map_stmt_exprs(s.then, f),
-                        None if s.else_ is None else _map_stmt_exprs(s.else_, f))
-    if t is N.Store:
-        return N.Store(s.buffer, [f(i) for i in s.indices], f(s.value))
-    if t is N.Allocate:
-        return N.Allocate(s.buffer, _map_stmt_exprs(s.body, f))
-    if t is N.Evaluate:
-        return N.Evaluate(f(s.value))
-    return s
 
 
 # -- the partition --------------------------------------------------------------------------------
@@ -356,7 +336,7 @@ def _partition(s, ranges, known):
     dtype = s.lo.dtype
     m_lo_t, m_hi_t = E.cast(m_lo, dtype), E.cast(m_hi, dtype)
     true = frozenset(used)
-    body = _map_stmt_exprs(s.body, lambda e: known.expr(e, true))
+    body = rewrite(s.body, fexpr=lambda e: known.expr(e, true))
     sub = dict(ranges)
     a, b = min_of(m_lo, ranges), max_of(m_hi, ranges)
     if a is not None and b is not None and b > a:
@@ -398,5 +378,5 @@ def partition_loops(func):
     """Drop decided nested tests, then partition serial loops by the affine tests of their
     bodies (see the module docstring)."""
     known = _Known()
-    body = _map_stmt_exprs(func.body, known.expr)
+    body = rewrite(func.body, fexpr=known.expr)
     return func.replace(_go(body, {}, known))
