@@ -195,7 +195,12 @@ def _body_facts(body, v, ranges):
                 state["threads"] = True
             lo, hi = min_of(s.lo, rng), max_of(s.hi, rng)
             known = lo is not None and hi is not None and s.step == 1 and hi > lo
-            inner[s.var] = (lo, hi - 1) if known else None
+            r = (lo, hi - 1) if known else None
+            if s.var in inner:          # bound by several loops: the union of their ranges
+                had = inner[s.var]
+                r = None if r is None or had is None else (min(r[0], had[0]),
+                                                           max(r[1], had[1]))
+            inner[s.var] = r
             sub = dict(rng)
             if known:
                 sub[s.var] = (lo, hi - 1)
