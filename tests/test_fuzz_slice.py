@@ -41,7 +41,10 @@ FOUND = [(4, 110), (5, 70), (5, 150), (5, 169), (3, 46), (6, 11), (6, 17), (9, 1
          # a parametric maximum over a tile of a tile; LLVM vectorizing per-lane copies
          (201, 9443), (401, 960),
          # a vectorized loop whose bounds have 37 pieces: the full/partial cut's analysis
-         (601, 4914)]
+         (601, 4914),
+         # the harness's own tolerance: exp of rows of sums near 480 differs from the float64
+         # reference by 2e-4 relative, as numpy's float32 computation does
+         (2401, 7812)]
 
 # (seed, case) -> the open bug it hits; skipped until the bug is fixed
 KNOWN_OPEN = {}
