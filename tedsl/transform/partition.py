@@ -237,8 +237,10 @@ def _wide(e):
 
 
 def _bound(atom, v, inner, lets):
-    """For a test ``atom`` affine in ``v``: ``("lo", L)`` when it holds for every inner value
-    exactly where ``v >= L``, ``("hi", U)`` where ``v < U``; None otherwise."""
+    """For a test ``atom`` affine in ``v``: ``("lo", L)`` when it holds for every value of the
+    inner loops' variables (over ranges that contain theirs) wherever ``v >= L``, ``("hi", U)``
+    wherever ``v < U``; None when it is not affine in ``v`` or reads a variable set inside the
+    body."""
     if type(atom) is not E.Cmp or atom.op not in ("ge", "gt", "le", "lt") or \
             not dt.is_int(atom.a.dtype) or not dt.is_int(atom.b.dtype):
         return None
