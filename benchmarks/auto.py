@@ -8,8 +8,9 @@ kernel is checked against numpy before it is timed; the time ``auto_schedule`` i
 reported per graph.
 
 Columns: ``auto`` the zero-search schedule, ``search`` the schedule found by
-``tedsl.tune.auto`` in 120 s (empty until that search exists; ``--search`` fills it), then
-the peers, and ``vs best peer`` = best peer time / auto time (above 1: tedsl is faster).
+``tedsl.tune.auto`` in 120 s per thread count (its candidates timed on that many threads;
+``--search`` fills it), then the peers, and ``vs best peer`` = best peer time / tedsl's time
+(above 1: tedsl is faster).
 
 Run: ``python benchmarks/auto.py [--quick] [--search] [case ...]``; writes the ``auto`` section
 of RESULTS.md.  ``--rules [case ...]`` times the rules of softmax, GEMM 1024, 2mm, atax and
@@ -22,7 +23,7 @@ import time
 
 import numpy as np
 
-from common import (blas_threads, interleaved, machine_description, markdown_table,
+from common import (blas_threads, by_threads, interleaved, machine_description, markdown_table,
                     write_results)
 
 import tedsl as te
@@ -209,9 +210,9 @@ LABELS = {
 }
 
 
-def _search_schedule(case):
-    """The schedule ``tedsl.tune.auto`` finds in ``SEARCH_SECONDS`` (None where the search
-    is not available)."""
+def _search_schedule(case, threads):
+    """The schedule ``tedsl.tune.auto`` finds in ``SEARCH_SECONDS``, its candidates timed on
+    ``threads`` threads (None where the search is not available)."""
     try:
         from tedsl.tune import auto as search
     except ImportError:
@@ -220,7 +221,7 @@ def _search_schedule(case):
         search = getattr(search, "auto", None)
     if search is None:
         return None
-    return search(case["outs"], "llvm", seconds=SEARCH_SECONDS)
+    return search(case["outs"], "llvm", seconds=SEARCH_SECONDS, threads=threads)
 
 
 def run_case(name, rounds, threads, torch, with_search):
@@ -238,10 +239,14 @@ def run_case(name, rounds, threads, torch, with_search):
     def tedsl_contender(mod):
         return (mod.set_num_threads, lambda: mod(*inputs, out))
     contenders = {"auto": tedsl_contender(f)}
-    if with_search:
-        ss = _search_schedule(case)
-        if ss is not None:
-            contenders["search"] = tedsl_contender(te.build(ss, case["args"], name=name))
+    if with_search:             # a search per thread count, each run at its count
+        searched = {}
+        for nt in threads:
+            ss = _search_schedule(case, nt)
+            if ss is not None:
+                searched[nt] = te.build(ss, case["args"], name=name)
+        if searched:
+            contenders["search"] = by_threads(searched, lambda m: m(*inputs, out))
     setter = blas_threads()
     for peer, fn in case["peers"](torch).items():
         if peer == "torch":
@@ -421,7 +426,7 @@ def main(argv=None):
     torch = _torch()
     print(machine_description())
     header = ["case", "threads", "auto", "search", "numpy", "torch", "hand GEMM",
-              "auto vs best peer", "auto_schedule s"]
+              "auto vs best peer", "search vs best peer", "auto_schedule s"]
     rows = []
     for name in names:
         case, t_sched, times, who = run_case(name, rounds, threads, torch, opts.search)
@@ -432,8 +437,10 @@ def main(argv=None):
                 return "" if t is None else f"{work / t / 1e9:.1f}"
             peers = [times[(c, nt)] for c in who if c not in ("auto", "search")]
             ratio = min(peers) / times[("auto", nt)] if peers else float("nan")
+            t_search = times.get(("search", nt))
+            s_ratio = "" if t_search is None or not peers else f"{min(peers) / t_search:.2f}"
             row = [LABELS[name] + f" ({unit})", str(nt), cell("auto"), cell("search"),
-                   cell("numpy"), cell("torch"), cell("hand"), f"{ratio:.2f}",
+                   cell("numpy"), cell("torch"), cell("hand"), f"{ratio:.2f}", s_ratio,
                    f"{t_sched:.2f}"]
             rows.append(row)
             print(" | ".join(row), flush=True)
@@ -442,11 +449,15 @@ def main(argv=None):
             f"({rounds}), 1 and 2 threads; figures are {'GFLOP/s' } for products and "
             "convolutions, GB/s (bytes read + written, float32) for softmax, layer_norm and "
             "the stencil.  The `search` column is filled by `--search` "
-            f"(`tedsl.tune.auto`, {SEARCH_SECONDS} s per case).  `auto vs best peer` is the "
-            "best peer's time over auto's (above 1: tedsl is faster).  `hand GEMM` is the "
-            "schedule of benchmarks/gemm.py." + load_note())
+            f"(`tedsl.tune.auto`, {SEARCH_SECONDS} s per case and thread count: the candidates "
+            "of each search are timed on the threads its row runs on).  `auto vs best peer` "
+            "and `search vs best peer` are the best peer's time over tedsl's (above 1: tedsl "
+            "is faster; for the GEMMs the hand schedule counts as a peer).  `hand GEMM` is "
+            "the schedule of benchmarks/gemm.py." + load_note())
+    title = ("## Auto-scheduling (zero search, and 120 s of search)" if opts.search else
+             "## Auto-scheduling (no search)")
     if not opts.no_write:
-        write_results("auto", "## Auto-scheduling (no search)\n\n" + table + "\n\n" + note)
+        write_results("auto", title + "\n\n" + table + "\n\n" + note)
     print(table)
     return 0
 

@@ -179,6 +179,17 @@ def matmul_vs_numpy(f, a, b, c, rounds, threads=(1, 2)):
     return {k: statistics.median(v) for k, v in runs.items()}, set_blas is not None
 
 
+def by_threads(mods, call):
+    """A contender for :func:`interleaved` that runs ``mods[nt]`` (a module per thread count,
+    e.g. each searched at its count) at ``nt`` threads: ``call(mod)`` runs one call."""
+    cur = [None]
+
+    def set_threads(nt):
+        cur[0] = mods[nt]
+        cur[0].set_num_threads(nt)
+    return set_threads, lambda: call(cur[0])
+
+
 def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
     """Interleaved timing of several contenders at several thread counts.
 

@@ -8,7 +8,8 @@ at PolyBench "LARGE"-like sizes.  Every contender's result is checked against th
 implementation run in float64 before anything is timed.
 
 Columns: ``auto`` the zero-search schedule, ``search`` the schedule ``tedsl.tune.auto``
-found in ``--search-seconds`` (120 by default; ``--no-search`` skips it), ``numpy`` (OpenBLAS
+found in ``--search-seconds`` (120 by default, per thread count: its candidates timed on that
+many threads; ``--no-search`` skips it), ``numpy`` (OpenBLAS
 thread count set to match), ``gcc`` (OpenMP thread count set; the column is left empty with
 a note when gcc is absent) and ``tedsl vs best peer`` = the faster peer's time over the faster
 tedsl schedule's (above 1: tedsl is faster).  Figures are GFLOP/s of PolyBench's operation
@@ -23,7 +24,8 @@ import time
 
 import numpy as np
 
-from common import blas_threads, interleaved, machine_description, markdown_table, write_results
+from common import (blas_threads, by_threads, interleaved, machine_description, markdown_table,
+                    write_results)
 
 import tedsl as te
 import polybench_kernels as pk
@@ -101,7 +103,7 @@ def check(outs, refs, who, name):
                                  f"(max relative error {err:.2e})")
 
 
-def search_schedule(case, seconds, call_seconds):
+def search_schedule(case, seconds, call_seconds, threads):
     """The schedule ``tedsl.tune.auto`` finds in ``seconds`` (None when no candidate was
     valid) and a line about the search.  A candidate may run for 10 times the zero-search
     schedule's call time (at least 10 s) before it is failed."""
@@ -109,7 +111,7 @@ def search_schedule(case, seconds, call_seconds):
     t0 = time.perf_counter()
     try:
         s = search(case.outs, "llvm", seconds=seconds, name=case.symbol, flop=case.flop,
-                   progress=sys.stderr, timeout=max(10.0, 10 * call_seconds))
+                   progress=sys.stderr, timeout=max(10.0, 10 * call_seconds), threads=threads)
     except te.TedslError as e:
         why = " ".join(str(e).split())
         return None, f"no valid candidate in {time.perf_counter() - t0:.0f} s ({why})"
@@ -128,22 +130,33 @@ def run_case(name, rounds, threads, seconds):
     t_sched = time.perf_counter() - t0
     notes = []
 
-    def tedsl_contender(sched, who):
+    def checked(sched, who):
+        """The module of ``sched``, its outputs checked; its output buffers; one call's time."""
         mod = te.build(sched, case.args, name=case.symbol)
         outs = [np.full(sh, np.nan, np.float32) for sh in case.out_shapes]
         t = time.perf_counter()
         mod(*case.inputs, *outs)
         t = time.perf_counter() - t
         check(outs, refs, who, name)
+        return mod, outs, t
+
+    def tedsl_contender(sched, who):
+        mod, outs, t = checked(sched, who)
         return (mod.set_num_threads, lambda: mod(*case.inputs, *outs)), t
 
     contenders = {}
     contenders["auto"], t_call = tedsl_contender(s, "auto")
     if seconds:
-        ss, line = search_schedule(case, seconds, t_call)
-        if ss is not None:
-            contenders["search"], _ = tedsl_contender(ss, "search")
-        notes.append(f"search: {line}")
+        searched = {}                   # a search per thread count, each run at its count
+        for nt in threads:
+            ss, line = search_schedule(case, seconds, t_call, nt)
+            if ss is not None:
+                searched[nt] = checked(ss, f"search ({nt} threads)")[:2]
+            notes.append(f"search on {nt} thread{'s' if nt > 1 else ''}: {line}")
+        if searched:
+            outs_of = {id(m): o for m, o in searched.values()}
+            contenders["search"] = by_threads({nt: m for nt, (m, _) in searched.items()},
+                                              lambda m: m(*case.inputs, *outs_of[id(m)]))
     np_outs = [np.full(sh, np.nan, np.float32) for sh in case.out_shapes]
     run_np = case.numpy_runner(np_outs)
     run_np()
@@ -209,7 +222,8 @@ def main(argv=None):
     table = markdown_table(header, rows)
     gcc_note = ("" if pk.gcc() is not None else
                 "  gcc was not found: the gcc column is empty.")
-    search_note = (f"`search`: `tedsl.tune.auto` with {seconds:g} s per kernel"
+    search_note = (f"`search`: `tedsl.tune.auto` with {seconds:g} s per kernel and thread "
+                   "count, its candidates timed on that many threads"
                    if seconds else "`search` not run (`--no-search`)")
     note = (f"float32, medians of {rounds} interleaved rounds, 1 and 2 threads (numpy's "
             "OpenBLAS and gcc's OpenMP thread counts set to match); GFLOP/s of PolyBench's "

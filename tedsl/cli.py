@@ -544,11 +544,13 @@ def tune_auto(opts):
     try:
         s = tedsl_tune.auto(outs, seconds=opts.seconds, trials=opts.trials,
                             records=opts.records, resume=opts.resume, flop=flop,
-                            seed=opts.seed, name=opts.auto)
+                            seed=opts.seed, name=opts.auto, threads=opts.threads)
     except te.TedslError as err:
         print(f"tedsl tune: {err}", file=sys.stderr)
         return 1
     f = te.build(s, ins + outs, name=opts.auto)
+    if opts.threads:
+        f.set_num_threads(opts.threads)
     rng = np.random.default_rng(opts.seed)
     arrays = [rng.uniform(0.5, 1.5, [int(d) for d in t.shape]).astype("float32") for t in ins]
     res = [np.full([int(d) for d in t.shape], np.nan, "float32") for t in outs]
@@ -613,6 +615,9 @@ def _parser():
     t.add_argument("--strategy", choices=("random", "grid"), default="random",
                    help="search strategy (default random)")
     t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    t.add_argument("--threads", type=int, default=None,
+                   help="with --auto: time the candidates on this many threads (default: "
+                        "every core)")
     c = sub.add_parser("cache", help="show or clear the on-disk kernel cache",
                        description="The kernel cache keeps the compiled code of te.build by a "
                                    "hash of the definition, schedule, target and versions "

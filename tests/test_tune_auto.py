@@ -126,6 +126,27 @@ def test_bad_arguments_are_refused():
     with pytest.raises(te.ArgumentError, match="resume=True needs"):
         tune.auto(B, trials=1, resume=True, records=None, space_fn=fake_space,
                   schedule_fn=fake_schedule)
+    for bad in (0, 1.5, True):
+        with pytest.raises(te.ArgumentError, match="threads must be a positive integer"):
+            tune.auto(B, trials=1, threads=bad, space_fn=fake_space, schedule_fn=fake_schedule)
+
+
+def space_ok_only(outs, target):
+    return {"mode": ["ok"], "factor": [8, 4]}
+
+
+def test_a_search_at_a_thread_count_resumes_only_from_its_own_records(tmp_path, rng):
+    """The candidates are timed on ``threads`` threads: records of a search at another count
+    measured other times, and are not resumed from."""
+    A, B, s, text = run_search(tmp_path, threads=1, space_fn=space_ok_only, trials=2)
+    check(s, A, B, rng)
+    _, _, _, text = run_search(tmp_path, threads=2, space_fn=space_ok_only, trials=2,
+                               resume=True)
+    assert "resumed from 0 records" in text
+    A, B, s, text = run_search(tmp_path, threads=1, space_fn=space_ok_only, trials=2,
+                               resume=True)
+    assert "resumed from 2 records" in text
+    check(s, A, B, rng)
 
 
 # -- the pieces ------------------------------------------------------------------------------

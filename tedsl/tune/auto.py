@@ -166,14 +166,14 @@ def _build(state, params):
             "build_phases": times}
 
 
-def _measure_init(blob, expected, seed, rtol, repeat_ms):
+def _measure_init(blob, expected, seed, rtol, repeat_ms, threads=None):
     outs = pickle.loads(blob)
     args = build_args(outs)
     rng = np.random.default_rng(seed)
     inputs = [random_array(rng, const_shape(t), t.dtype) for t in args
               if isinstance(t.op, PlaceholderOp)]
     return {"outs": outs, "inputs": inputs, "expected": expected, "rtol": rtol,
-            "repeat_ms": repeat_ms}
+            "repeat_ms": repeat_ms, "threads": threads}
 
 
 def _run_checked(state, mod):
@@ -223,6 +223,8 @@ def _measure(state, built):
     mod = module_from_object(built["header"], built["obj"])
     if mod is None:
         raise TedslError("LLVM refused to load the candidate's object code")
+    if state.get("threads") is not None:
+        mod.set_num_threads(state["threads"])
     t1 = time.perf_counter()
     outs = _run_checked(state, mod)
     first = time.perf_counter() - t1
@@ -399,7 +401,7 @@ def _resumed(records, resume, key, proposer, show):
 def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=False, *,
          progress=True, name=None, flop=None, seed=0, builders=None, timeout=10.0,
          build_timeout=300.0, rtol=1e-4, repeat_ms=1.0, plot=None, space_fn=None,
-         schedule_fn=None):
+         schedule_fn=None, threads=None):
     """Search the auto-scheduler's knobs for the fastest schedule of ``outs``.
 
     Parameters
@@ -439,6 +441,11 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     plot : str or path, optional
         PNG of the best speed over time (default: ``records`` with ``.png``, when records are
         kept); drawn when matplotlib is installed, else skipped with a note.
+    threads : int, optional
+        Threads every candidate is timed with (default: the modules' default, every core):
+        the schedule found is the fastest at that count, which is where it should run (the
+        best schedule on one thread is not always the best on two).  Records of searches at
+        other thread counts are not resumed from.
     space_fn, schedule_fn : callable, optional
         The search space ``space_fn(outs, target) -> {knob: [values]}`` and the candidate
         ``schedule_fn(outs, target, params) -> Schedule`` (module-level functions); default
@@ -470,6 +477,9 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         trials = 64
     if trials is not None and trials < 1 or seconds is not None and not seconds > 0:
         raise ArgumentError("tune.auto: trials must be >= 1 and seconds > 0")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or
+                                threads < 1):
+        raise ArgumentError(f"tune.auto: threads must be a positive integer, not {threads!r}")
     space_fn = space_fn or auto_space
     schedule_fn = schedule_fn or auto_candidate
     name = name or outs[0].op.name.replace(".", "_")
@@ -483,11 +493,14 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     build_ws = [Worker(_builder_init, (blob, target, schedule_fn, name), _build, zygote)
                 for _ in range(n_build)]
     # the reference outputs reach the measuring process with its first candidate
-    measure_w = Worker(_measure_init, (blob, None, seed, rtol, repeat_ms), _measure, zygote)
+    measure_w = Worker(_measure_init, (blob, None, seed, rtol, repeat_ms, threads), _measure,
+                       zygote)
     for w in build_ws + [measure_w]:
         w.start()      # the workers start up while the space and the reference are made here
     try:
         key = {"auto": name, "definition": definition_key(outs, name), "target": str(target)}
+        if threads is not None:
+            key["threads"] = threads
         space = space_fn(outs, target)
         proposer = _Proposer(space, random.Random(seed))
         show = None
