@@ -87,6 +87,7 @@ def test_search_records_every_outcome_and_returns_the_best(tmp_path, rng):
     assert "timeout" in got["hang", 8].error
     assert "wrong result" in got["reorder", 8].error
     assert s.tune_result["params"]["mode"] == "ok" and s.tune_result["failed"] == 8
+    assert s.tune_result["confirmed"] == 2          # both valid candidates timed again
     assert "10 measured" in text and "failed 8" in text and "best" in text
     check(s, A, B, rng)
     # the records replay onto a fresh definition: the best record's trace

@@ -15,8 +15,11 @@ loads the object code, runs it on seeded random inputs with NaN-poisoned outputs
 the reference (the outputs of the unscheduled definition, computed once) and times it through
 its packed entry in short rounds, as many as its rank needs: three when they agree or the
 candidate is clearly slower than the best so far, more when they disagree and it may be the
-best.  Candidates whose knobs give the same trace or the same lowered program are lowered,
-compiled and measured once (their records share the measurement).  A candidate that fails to build, computes a wrong result,
+best.  At the end the four fastest candidates and the zero-search default are timed again,
+ten rounds each, twice, interleaved, and the fastest there is returned: the best of many
+short measurements is biased fast.  Candidates whose knobs give the same trace or the same
+lowered program are lowered, compiled and measured once (their records share the
+measurement).  A candidate that fails to build, computes a wrong result,
 crashes its process or runs past ``timeout`` is recorded as failed with the reason; the search
 goes on.  Every measurement is appended to ``records`` (JSON lines holding the knobs and the
 schedule's trace), which ``resume=True`` reads back and :func:`tedsl.tune.apply_best` replays.
@@ -166,6 +169,12 @@ def _build(state, params):
             "build_phases": times}
 
 
+#: The fastest candidates re-timed at the end of a search (the zero-search default with them).
+CONFIRM_TOP = 4
+#: Timing rounds of each of them, twice, interleaved.
+CONFIRM_ROUNDS = 10
+
+
 def _measure_init(blob, expected, seed, rtol, repeat_ms, threads=None):
     outs = pickle.loads(blob)
     args = build_args(outs)
@@ -238,6 +247,10 @@ def _measure(state, built):
         number = _calls_per_round(goal, first)
         timed = lambda k: list(mod.time_evaluator(number=number, repeat=k)(  # noqa: E731
             *state["inputs"], *outs).results)
+    if built.get("confirm"):
+        res = timed(CONFIRM_ROUNDS)
+        return {"seconds": float(np.median(res)), "rounds": len(res),
+                "measure_seconds": time.perf_counter() - t0}
     res = timed(3)
     best = built.get("best")
     if max(res) > 1.05 * min(res) and (best is None or min(res) < 1.5 * best):
@@ -455,7 +468,10 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     -------
     tedsl.Schedule
         The fastest candidate's schedule, for ``outs``' own tensors; ``.tune_result`` holds
-        ``{"params", "seconds", "trials", "failed", "elapsed", "records", "rate", "phases"}``:
+        ``{"params", "seconds", "trials", "failed", "elapsed", "records", "rate", "phases",
+        "confirmed"}`` (``confirmed``: how many of the fastest candidates were timed again
+        at the end, the zero-search default among them, to pick the best; ``seconds`` is
+        then its time there):
         ``rate`` is candidates per second of ``elapsed``, ``phases`` where the time went
         (seconds: ``start``, until the first candidate was recorded; ``build``, the
         builders' CPU time, and ``build_phases`` its parts: ``schedule``, ``lower`` (isl and
@@ -553,9 +569,22 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
             w.resume()
         program = measure_w.program
         programs[program] = outcome
+        if outcome[0] is not None:
+            keep(outcome[0], params_of[tid], measure_w.trace, measure_w.result)
         record(tid, *outcome, measure_w.trace)
         for other, trace in waiting.pop(program, ()):
             record(other, *outcome, trace)
+
+    fastest = []             # [seconds, params, trace, built] of the fastest programs
+    first = []               # the same for the default (the zero-search schedule)
+
+    def keep(secs, params, trace, result):
+        entry = [secs, params, trace, {k: result[k] for k in ("header", "obj", "program")}]
+        if _key(params) == _key(default):
+            first[:] = [entry]
+        fastest.append(entry)
+        fastest.sort(key=lambda e: e[0])
+        del fastest[CONFIRM_TOP:]
 
     def eta(elapsed):
         left = []
@@ -571,6 +600,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
         return seconds is not None and time.monotonic() - start >= seconds
 
     in_flight = lambda: len(params_of)  # noqa: E731
+    n_confirmed = 0
     try:
         exhausted = False
         while not finished():
@@ -600,6 +630,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
                 measure_w.submit(tid, result)
                 measure_w.trace = result["trace"]
                 measure_w.program = result["program"]
+                measure_w.result = result
             if exhausted and not params_of:
                 break                                   # the space is exhausted
             # a paused builder may be half-way through sending its result: it is read
@@ -635,6 +666,10 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
             if measure_w.overdue(timeout):
                 tid, _, why = measure_w.kill(f"timeout: running took more than {timeout:g} s")
                 settle(tid, (None, why))
+        confirmed = _confirm(fastest, first, build_ws, measure_w, timeout,
+                             None if measure_w.proc.pid == expected_in else expected)
+        if confirmed is not None:
+            best, n_confirmed = confirmed[:3], confirmed[3]
     finally:
         for w in build_ws + [measure_w]:
             w.stop()
@@ -654,8 +689,60 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     s = schedule_of(outs, target, best[1], best[2], schedule_fn)
     s.tune_result = {"params": best[1], "seconds": best[0], "trials": done, "failed": failed,
                      "elapsed": elapsed, "records": records, "rate": done / elapsed,
-                     "phases": phases}
+                     "phases": phases, "confirmed": n_confirmed}
     return s
+
+
+def _confirm(fastest, first, build_ws, measure_w, timeout, expected):
+    """The fastest candidates (and the default) timed again, ``CONFIRM_ROUNDS`` rounds each,
+    twice over, interleaved, the builders stopped: ``(seconds, params, trace, count)`` of the
+    fastest by these timings (``count``: how many were timed), or None when there is nothing
+    to compare (or the measurer fails).
+
+    The best of many short, noisy measurements is biased fast: a search over hundreds of
+    candidates picked one that, timed again, ran 10% slower than the zero-search default it
+    had beaten by noise.  ``expected``: the reference outputs, when the measuring process
+    does not hold them yet."""
+    entries = list(fastest)
+    if first and all(e[3]["program"] != first[0][3]["program"] for e in entries):
+        entries.append(first[0])
+    if len(entries) < 2:
+        return None
+    for w in build_ws:
+        w.pause()
+    try:
+        def answer():
+            """The measurer's next result (None: none within ``timeout``)."""
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                if wait([measure_w], 0.2):
+                    got = measure_w.receive()
+                    if got is not None:
+                        return got
+            return None
+
+        end = time.monotonic() + timeout
+        while measure_w.busy:           # the search's last candidate (dropped) or a restart
+            if time.monotonic() > end:
+                return None
+            if wait([measure_w], 0.2):
+                measure_w.receive()
+        times = [[] for _ in entries]
+        for _ in range(2):
+            for k, e in enumerate(entries):
+                task = dict(e[3], confirm=True)
+                if expected is not None:
+                    task["expected"], expected = expected, None
+                measure_w.submit(-1 - k, task)
+                got = answer()
+                if got is None or not got[1]:
+                    return None
+                times[k].append(got[2]["seconds"])
+        k = min(range(len(entries)), key=lambda j: min(times[j]))
+        return min(times[k]), entries[k][1], entries[k][2], len(entries)
+    finally:
+        for w in build_ws:
+            w.resume()
 
 
 def schedule_of(outs, target, params, trace=None, schedule_fn=None):
