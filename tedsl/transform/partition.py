@@ -40,7 +40,7 @@ from ..ir.functor import free_vars, transform, walk
 from ..ir.simplify import Atom, affine_terms, from_linear, simplify as simplify_expr
 from ..tir import nodes as N
 from ..tir.functor import rewrite
-from .simplify import max_of, min_of
+from .simplify import conjuncts, max_of, min_of
 
 #: A loop body with more expression nodes than this (unrolled loops counted as their copies)
 #: is not copied.
@@ -71,12 +71,6 @@ def _key(e, memo):
     return k
 
 
-def _conjuncts(c):
-    if type(c) is E.Binary and c.op == "and":
-        return _conjuncts(c.a) + _conjuncts(c.b)
-    return [c]
-
-
 class _Known:
     """Rewrites expressions under sets of conditions known true / false (by key)."""
 
@@ -91,7 +85,7 @@ class _Known:
             return E.Const(True, "bool")
         if k in false:
             return E.Const(False, "bool")
-        parts = _conjuncts(c)
+        parts = conjuncts(c)
         if len(parts) == 1:
             return c
         left = []
@@ -126,7 +120,7 @@ class _Known:
                 out = self._go(e.t if c.value else e.f, true, false, memo)
             else:
                 kc = _key(c, self.keys)
-                t_true = true | {kc} | {_key(p, self.keys) for p in _conjuncts(c)}
+                t_true = true | {kc} | {_key(p, self.keys) for p in conjuncts(c)}
                 tv = self._go(e.t, t_true, false, {})
                 fv = self._go(e.f, true, false | {kc}, {})
                 out = (E.if_then_else if t is E.IfThenElse else E.select)(c, tv, fv)
@@ -177,7 +171,7 @@ def _body_facts(body, v, ranges):
         def visit(x):
             state["count"] += weight
             if type(x) in (E.IfThenElse, E.Select):
-                tests.extend(_conjuncts(x.cond))
+                tests.extend(conjuncts(x.cond))
             elif type(x) is N.BufferLoad and x.buffer.scope == "local":
                 _stack_index(x.indices)
         walk(e, visit)

@@ -54,7 +54,7 @@ def guarded(cond, ranges):
     """``ranges`` plus the bounds a guard ``x >= c`` / ``x < c`` ... (and conjunctions) puts on
     a variable or a non-affine term such as ``n % 16``."""
     out = None
-    for c in _conjuncts(cond):
+    for c in conjuncts(cond):
         if type(c) is not E.Cmp or c.op not in ("ge", "gt", "le", "lt") or \
                 not dt.is_int(c.a.dtype):
             continue
@@ -76,9 +76,10 @@ def guarded(cond, ranges):
     return ranges if out is None else out
 
 
-def _conjuncts(c):
+def conjuncts(c):
+    """The terms of a conjunction ``a and b and ...`` (``[c]`` for any other condition)."""
     if type(c) is E.Binary and c.op == "and":
-        return _conjuncts(c.a) + _conjuncts(c.b)
+        return conjuncts(c.a) + conjuncts(c.b)
     return [c]
 
 

@@ -27,6 +27,7 @@ code is never what a schedule wants, and silently keeping the loop would drop th
 """
 from ..errors import InternalError, ScheduleError
 from ..ir import expr as E
+from ..ir.functor import walk
 from ..ir.simplify import simplify
 from ..tir import nodes as N
 from ..tir.functor import map_exprs, rewrite, visit, with_children
@@ -165,13 +166,12 @@ def _size(s):
 
 
 def _branches(s):
-    """The ``if_then_else`` values in the expressions of leaf statement ``s``."""
+    """The ``if_then_else`` values in the expressions of leaf statement ``s`` (a value
+    shared by several expressions once: it is emitted once)."""
     n = [0]
 
     def count(e):
-        n[0] += type(e) is E.IfThenElse
-        for k in e.children():
-            count(k)
+        walk(e, lambda x: n.__setitem__(0, n[0] + (type(x) is E.IfThenElse)))
         return e
     map_exprs(s, count)
     return n[0]
