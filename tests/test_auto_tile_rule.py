@@ -72,13 +72,66 @@ def test_the_other_tile_stays_a_candidate():
 
 
 def test_both_schedules_follow_the_cache_size(monkeypatch):
-    # a dense layer 128 x 1024 -> 4096: its input (512 KB) fits in a 2 MB L2, not in 256 KB
-    out = _product(128, 4096, 1024, True)[2]
+    # a dense layer 128 x 1024 -> 384: its input (512 KB) fits in a 2 MB L2, not in 256 KB
+    # (its weights, 1.5 MB, are not 4 times larger: vectors along the outputs, W packed)
+    out = _product(128, 384, 1024, True)[2]
     for l2, tile in ((L2, (14, 32)), (256 << 10, (6, 64))):
         _caches(monkeypatch, l2)
         space = sketch_space([out], SKX)
+        assert "C.vector_axis" not in space, space
         assert (space["C.tile_rows"][0], space["C.tile_cols"][0]) == tile, (l2, space)
-        assert gemm_tile(SKX, n=4096, m=128, k=1024)[:2] == tile
+        assert gemm_tile(SKX, n=384, m=128, k=1024)[:2] == tile
+
+
+def test_dense_vectors_along_the_smaller_operand():
+    # 128 x 1024 -> 4096: W (16 MB) would be packed at every call, X (512 KB) is; the tiles
+    # run down W's rows (broadcast in place) with vectors along the batch, and are copied out
+    # through a block of 16 tiles (rows of the output written whole, not 6 elements a row)
+    A, B, C = _product(128, 4096, 1024, True)
+    space = sketch_space([C], SKX)
+    assert space["C.vector_axis"][0] == "i" and space["C.stage_tiles"][0] == 16, space
+    assert (space["C.tile_rows"][0], space["C.tile_cols"][0]) == (6, 64), space
+    text = str(te.lower(te.auto_schedule([C], SKX), [A, B, C]))
+    assert "C_pack = allocate(float32[2, 1024, 64]" in text, text       # X, 64 rows a panel
+    assert "C.global = allocate(float32[64, 96]" in text, text
+    assert re.search(r"C\[i\.outer \* 64 \+ i\.inner, j\.outer \* 96 \+ j\.inner\] = "
+                     r"C\.global\[i\.inner, j\.inner\]", text), text
+    assert "B[j.outer * 96 + j.c.outer * 6 + j.c.inner, k.outer * 4 + k.inner]" in text, text
+    # same-sized operands keep the vectors along the outputs
+    assert "C.vector_axis" not in sketch_space([_product(1024, 1024, 1024, True)[2]], SKX)
+
+
+@pytest.mark.parametrize("params", [{}, {"C.stage_tiles": 0}, {"C.order": "ji"},
+                                    {"C.stage_tiles": 8, "C.order": "ij"},
+                                    {"C.tile_cols": 32, "C.tile_rows": 4}])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_along_the_batch_matches_numpy(rng, params, threads):
+    # 96 rows (a panel of 64 and a partial one), 700 outputs (tiles of 6: a partial tile, and
+    # a partial block of 16 tiles), a reduction of 53 (unrolled by 4 with a tail)
+    A, B, C = _product(96, 700, 53, True)
+    assert sketch_space([C], HOST2)["C.vector_axis"][0] == "i"
+    s = te.auto_schedule([C], HOST2, params=params)
+    mod = te.build(s, [A, B, C])
+    mod.set_num_threads(threads)
+    a, b = rand(rng, (96, 53)), rand(rng, (700, 53))
+    check_kernel(s, [A, B, C], [a, b], a.astype(np.float64) @ b.astype(np.float64).T,
+                 rtol=1e-5, mod=mod)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_along_the_batch_with_bias_and_relu(rng, threads):
+    # the consumer (bias, activation) fused into the staged copy-out
+    A, B, C = _product(128, 700, 40, True)
+    bias = te.placeholder((700,), name="bias")
+    Y = te.compute((128, 700), lambda i, j: te.max(C[i, j] + bias[j], 0.0), name="Y")
+    s = te.auto_schedule([Y], HOST2)
+    text = str(te.lower(s, [A, B, bias, Y]))
+    assert "Y.global" in text and "C.local" in text, text
+    mod = te.build(s, [A, B, bias, Y])
+    mod.set_num_threads(threads)
+    a, b, c = rand(rng, (128, 40)), rand(rng, (700, 40)), rand(rng, (700,))
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64).T + c, 0)
+    check_kernel(s, [A, B, bias, Y], [a, b, c], ref, rtol=1e-5, mod=mod)
 
 
 def test_three_register_tail_in_one_register_vectors(monkeypatch):
