@@ -19,6 +19,7 @@ from conftest import REPO, poisoned, rand
 
 import tedsl as te
 from tedsl import tune
+from tedsl.auto import sketch_space
 from tedsl.tune.model import CostModel
 from tedsl.tune.workers import Worker, wait
 
@@ -148,6 +149,32 @@ def test_a_search_at_a_thread_count_resumes_only_from_its_own_records(tmp_path, 
                                resume=True)
     assert "resumed from 2 records" in text
     check(s, A, B, rng)
+
+
+SEEN_TARGETS = []
+
+
+def space_noting_target(outs, target):
+    SEEN_TARGETS.append(target)
+    return {"mode": ["ok"], "factor": [8]}
+
+
+@pytest.mark.parametrize("target, threads, seen", [
+    ("llvm", 1, "llvm -num-threads=1"), ("llvm", None, "llvm"),
+    ("llvm -num-threads=2", 1, "llvm -num-threads=2")])
+def test_the_space_is_shaped_for_the_thread_count(tmp_path, target, threads, seen):
+    """The rules see the count the candidates run on (bicg's column sweep: one block of
+    whole rows on one thread, a block per thread on two), unless the target names one."""
+    SEEN_TARGETS.clear()
+    run_search(tmp_path, target=target, threads=threads, space_fn=space_noting_target,
+               trials=1)
+    assert SEEN_TARGETS == [seen]
+    A = te.placeholder((4000, 4000), name="A")
+    r = te.placeholder((4000,), name="r")
+    i = te.reduce_axis((0, 4000), name="i")
+    s = te.compute((4000,), lambda j: te.sum(r[i] * A[i, j], axis=i), name="s")
+    cols = {t: sketch_space([s], f"llvm -num-threads={t}")["s.tile_cols"][0] for t in (1, 2)}
+    assert cols == {1: 4000, 2: 2000}, cols
 
 
 # -- the pieces ------------------------------------------------------------------------------

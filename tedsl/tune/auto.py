@@ -457,8 +457,10 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     threads : int, optional
         Threads every candidate is timed with (default: the modules' default, every core):
         the schedule found is the fastest at that count, which is where it should run (the
-        best schedule on one thread is not always the best on two).  Records of searches at
-        other thread counts are not resumed from.
+        best schedule on one thread is not always the best on two).  A CPU target without
+        ``-num-threads`` gets ``-num-threads=threads``: the rules' candidates are shaped for
+        that count (the space is ``space_fn(outs, target)`` of that target).  Records of
+        searches at other thread counts are not resumed from.
     space_fn, schedule_fn : callable, optional
         The search space ``space_fn(outs, target) -> {knob: [values]}`` and the candidate
         ``schedule_fn(outs, target, params) -> Schedule`` (module-level functions); default
@@ -496,6 +498,12 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or
                                 threads < 1):
         raise ArgumentError(f"tune.auto: threads must be a positive integer, not {threads!r}")
+    if threads is not None and isinstance(target, str) and target.split()[:1] == ["llvm"]:
+        from ..codegen.target import parse
+        if parse(target).num_threads is None:
+            # the rules shape the candidates for the threads they will run on (a column
+            # sweep's blocks, the panels per thread)
+            target = f"{target} -num-threads={threads}"
     space_fn = space_fn or auto_space
     schedule_fn = schedule_fn or auto_candidate
     name = name or outs[0].op.name.replace(".", "_")
