@@ -491,12 +491,27 @@ def _range_rule(ranges):
     return rule
 
 
-def simplify(e, ranges=None):
+class _Over(dict):
+    """A memo over a read-only base (its entries are not copied)."""
+    __slots__ = ("base",)
+
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+
+    def get(self, k, default=None):
+        r = dict.get(self, k)
+        return self.base.get(k, default) if r is None else r
+
+
+def simplify(e, ranges=None, done=None):
     """Simplify an expression (returns a new expression; ``e`` is not changed).
 
     ``ranges`` maps loop variables to inclusive ``(lo, hi)`` bounds, which enables the
-    division, modulo, min/max and comparison rules that need them.
+    division, modulo, min/max and comparison rules that need them.  ``done`` maps ``id`` of
+    subexpressions known to be simplified already to themselves: they are kept as they are.
     """
+    memo = _Over(done) if done else None
     if ranges:
-        return transform(e, _range_rule(ranges))
-    return transform(e, _rule)
+        return transform(e, _range_rule(ranges), memo)
+    return transform(e, _rule, memo)

@@ -49,20 +49,25 @@ def _subst_stmt(s, var, value):
     """``s`` with ``value`` for ``var``; only the expressions that use ``var`` are rebuilt
     and simplified again (the others were simplified by ``lower``)."""
     memo = {}
+    kept = {}       # id -> subexpression that does not use var (simplified already)
 
     def sub(e):
         out = memo.get(id(e))
         if out is None:
             kids = e.children()
             new = [sub(k) for k in kids]
-            out = value if e is var else e if all(a is b for a, b in zip(new, kids)) \
-                else E.rebuild(e, new)
+            if e is var:
+                out = value
+            elif all(a is b for a, b in zip(new, kids)):
+                out = kept[id(e)] = e
+            else:
+                out = E.rebuild(e, new)
             memo[id(e)] = out
         return out
 
     def fexpr(e):
         out = sub(e)
-        return out if out is e else simplify(out)
+        return out if out is e else simplify(out, done=kept)
     return rewrite(s, None, fexpr)
 
 
