@@ -616,8 +616,8 @@ def _parser():
                    help="search strategy (default random)")
     t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     t.add_argument("--threads", type=int, default=None,
-                   help="with --auto: time the candidates on this many threads (default: "
-                        "every core)")
+                   help="with --auto: shape and time the candidates for this many threads "
+                        "(default: every core)")
     c = sub.add_parser("cache", help="show or clear the on-disk kernel cache",
                        description="The kernel cache keeps the compiled code of te.build by a "
                                    "hash of the definition, schedule, target and versions "
