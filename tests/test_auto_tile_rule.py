@@ -186,3 +186,18 @@ def test_transposed_panels_read_their_rows_a_line_at_a_time(rng, monkeypatch, th
     a, b = rand(rng, (23, 41)), rand(rng, (200, 41))
     check_kernel(s, [A, B, C], [a, b], a.astype(np.float64) @ b.astype(np.float64).T,
                  rtol=1e-5, mod=mod)
+
+
+def test_batched_dense_along_the_batch_matches_numpy(rng):
+    # Y[b, i, j] = sum_k X[b, i, k] W[j, k]: the rows of one batch along the vectors
+    X = te.placeholder((2, 64, 30), name="X")
+    W = te.placeholder((600, 30), name="W")
+    r = te.reduce_axis((0, 30), name="r")
+    C = te.compute((2, 64, 600), lambda z, i, j: te.sum(X[z, i, r] * W[j, r], axis=r),
+                   name="C")
+    space = sketch_space([C], HOST2)
+    assert space["C.vector_axis"][0] == "i" and space["C.stage_tiles"][0] == 16, space
+    s = te.auto_schedule([C], HOST2)
+    x, w = rand(rng, (2, 64, 30)), rand(rng, (600, 30))
+    check_kernel(s, [X, W, C], [x, w], x.astype(np.float64) @ w.astype(np.float64).T,
+                 rtol=1e-5)

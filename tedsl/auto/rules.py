@@ -731,7 +731,7 @@ class Sketch:
         order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
                        ["ij", "ji"]) if row is not None else "ij"
         moved = col is not op.axis[-1]
-        swapped = moved and col is self.smaller_operand_axis(op, lanes)
+        swapped = moved and row is not None and col is self.smaller_operand_axis(op, lanes)
         if order == "ij" and swapped:
             order = "ij!"   # row tiles outside, whichever axis comes first
         blocks = self.k(f"{lab}.stage_tiles", STAGE_TILES, [0, 8, 32]) if swapped else 0
