@@ -1021,7 +1021,8 @@ class Sketch:
                 outer.append(a)
         if io is not None:
             a, b = outer.index(io), outer.index(jo)
-            if a < b if order == "ji" else b < a and order == "ij!":
+            swap = a < b if order == "ji" else order == "ij!" and b < a
+            if swap:
                 outer[a], outer[b] = jo, io
         inner = ([ii] if ii is not None else []) + [ji]
         return outer, inner, jo
