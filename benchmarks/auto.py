@@ -231,10 +231,14 @@ def run_case(name, rounds, threads, torch, with_search):
     t_sched = time.perf_counter() - t0
     f = te.build(s, case["args"], name=name)
     inputs, out = case["inputs"], case["out"]
-    out[...] = np.nan
-    f(*inputs, out)
-    np.testing.assert_allclose(out, case["ref"](), rtol=2e-3, atol=2e-3 * max(
-        1.0, float(np.abs(case["ref"]()).max())))
+    ref = case["ref"]()
+
+    def check(mod):
+        out[...] = np.nan
+        mod(*inputs, out)
+        np.testing.assert_allclose(out, ref, rtol=2e-3,
+                                   atol=2e-3 * max(1.0, float(np.abs(ref).max())))
+    check(f)
 
     def tedsl_contender(mod):
         return (mod.set_num_threads, lambda: mod(*inputs, out))
@@ -245,6 +249,7 @@ def run_case(name, rounds, threads, torch, with_search):
             ss = _search_schedule(case, nt)
             if ss is not None:
                 searched[nt] = te.build(ss, case["args"], name=name)
+                check(searched[nt])
         if searched:
             contenders["search"] = by_threads(searched, lambda m: m(*inputs, out))
     setter = blas_threads()

@@ -422,6 +422,12 @@ def tune(opts):
     """
     if opts.auto:
         return tune_auto(opts)
+    given = [f"--{k}" for k in ("size", "seconds", "resume", "threads") if getattr(opts, k)]
+    if given:
+        print(f"tedsl tune: {', '.join(given)} work with --auto WORKLOAD only (the GEMM "
+              "template search takes --n, --trials, --records, --strategy, --seed)",
+              file=sys.stderr)
+        return 2
     opts.trials = 12 if opts.trials is None else opts.trials
     if opts.n < 1 or opts.trials < 1:
         print("tedsl tune: --n and --trials must be positive", file=sys.stderr)

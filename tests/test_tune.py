@@ -228,3 +228,12 @@ def test_cli_tune_small(tmp_path):
     assert "best configuration: {" in proc.stdout and "GFLOP/s" in proc.stdout
     assert "3/3 best" in proc.stderr
     assert len(tune.load(path)) == 3
+
+
+@pytest.mark.parametrize("extra", [["--threads", "1"], ["--seconds", "5"], ["--resume"]])
+def test_cli_tune_refuses_auto_only_options_without_auto(extra):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "tedsl", "tune", "--n", "64", *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{extra[0]} work with --auto WORKLOAD only" in proc.stderr
