@@ -75,3 +75,49 @@ def test_padded_width():
     from tedsl.transform.pad_tiles import padded_width
     assert [padded_width(w, 16) for w in (1, 6, 8, 16, 31, 40, 48, 64)] == \
         [1, 8, 8, 16, 32, 48, 48, 64]
+
+
+def _row_tile(rows=4, ty=7):
+    """``Y[f, y, x] = sum_c W[f, c] X[c, y, x]`` on 14 x 14 pixels with a register tile of
+    ``rows`` channels x ``ty`` pixel rows x 14 pixels: rows 14 wide, laid out 16 apart."""
+    X = te.placeholder((24, 14, 14), name="X")
+    W = te.placeholder((8, 24), name="W")
+    c = te.reduce_axis((0, 24), name="c")
+    Y = te.compute((8, 14, 14), lambda f, y, x: te.sum(W[f, c] * X[c, y, x], axis=c), name="Y")
+    s = te.create_schedule(Y)
+    YL = s.cache_write(Y, "local")
+    f, y, x = s[Y].op.axis
+    fo, fi = s[Y].split(f, factor=rows)
+    yo, yi = s[Y].split(y, factor=ty)
+    s[Y].reorder(yo, fo, fi, yi, x)
+    s[YL].compute_at(s[Y], fo)
+    f2, y2, x2 = s[YL].op.axis
+    s[YL].reorder(s[YL].op.reduce_axis[0], f2, y2, x2)
+    s[YL].unroll(f2)
+    s[YL].unroll(y2)
+    s[YL].vectorize(x2)
+    s[Y].vectorize(x)
+    return s, [X, W, Y]
+
+
+def test_padded_rows_of_a_register_tile_are_stored_whole(rng):
+    # the 2 padded lanes of each 14-wide row land in the row's padding (pad_tiles lays the
+    # rows out 16 apart): the accumulators are stored as whole registers, no blend with the
+    # old lanes (a select per update kept a second copy of the tile live: half speed)
+    s, args = _row_tile()
+    mod = te.build(s, args)
+    lanes = tg.vector_bits(tg.parse("llvm")) // 32
+    if lanes == 16:
+        raw = mod.get_source("ll-raw")
+        assert not re.search(r"select\s+<16 x i1> <i1 1", raw), raw
+    x, w = rand(rng, (24, 14, 14)), rand(rng, (8, 24))
+    check_kernel(s, args, [x, w], np.einsum("fc,cyx->fyx", w.astype(np.float64), x), rtol=1e-5)
+
+
+def test_a_partial_row_keeps_its_other_lanes(rng):
+    # a 32-wide tile row run 31 wide: lane 31 belongs to the row, so the blend stays
+    from tedsl.cli import gemm_schedule
+    s, args = gemm_schedule(30, 63, 21, 8, 32, 4)
+    raw = te.build(s, args).get_source("ll-raw")
+    if tg.vector_bits(tg.parse("llvm")) // 32 == 16:
+        assert re.search(r"select\s+<32 x i1> <i1 1", raw)
