@@ -161,3 +161,14 @@ def test_comparison_cancels_terms_on_both_sides():
         for c, _ in cases:
             assert bool(simplify(substitute(c, env))) == bool(simplify(substitute(simplify(c),
                                                                                   env)))
+
+
+def test_a_row_and_a_shifted_quotient_recombine():
+    # a merged pixel axis p = y * 14 + x read back as [p // 14 + 8, p % 14]: the row offset
+    # that simplify folds into the quotient ((p + 112) // 14) still cancels the remainder
+    p = i64("p")
+    assert s((p // 14 + 8) * 14 + p % 14) == "p + 112"
+    assert s(((p + 112) // 14) * 14 + p % 14) == "p + 112"
+    assert s(((p + 28) // 14) * 14 + (p + 28) % 14) == "p + 28"
+    # a shift that is no whole multiple of the divisor does not combine
+    assert "//" in s(((p + 5) // 14) * 14 + p % 14)

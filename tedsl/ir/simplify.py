@@ -218,9 +218,25 @@ def _expand_mods(lin):
             out[w] = out.get(w, 0) + c * x
         oc += c * inner[1]
         q = Atom(E.Binary("floordiv", v.expr.a, v.expr.b, v.expr.dtype))
+        if q not in out:
+            # (x + 8 k) // k is how x // k + 8 reads: take it as x // k
+            q, shift = _shifted_quotient(out, inner, k, q)
+            oc += c * k * shift
         out[q] = out.get(q, 0) - c * k
         out = {w: x for w, x in out.items() if x}
     return (out, oc) if len(out) < len(coeffs) else lin
+
+
+def _shifted_quotient(coeffs, inner, k, q):
+    """An atom ``(x + m k) // k`` of ``coeffs`` (``x`` the linear form ``inner``) and
+    ``m``; ``(q, 0)`` if there is none."""
+    for w in coeffs:
+        if type(w) is Atom and w.expr.op == "floordiv" and isinstance(w.expr.b, E.Const) and \
+                w.expr.b.value == k:
+            other = _lin(w.expr.a, True)
+            if other is not None and other[0] == inner[0] and (other[1] - inner[1]) % k == 0:
+                return w, (other[1] - inner[1]) // k
+    return q, 0
 
 
 def _push_into_minmax(lin, dtype):
