@@ -46,7 +46,12 @@
    that axis last (knob ``<stage>.vector_axis``); so do a product whose operands are both
    read along the reduction when the other operand is at least 4 times smaller (a dense
    layer ``X[i, k] W[j, k]``: ``X`` packed, ``W`` broadcast in place), its tiles copied out
-   through a block in L1 (knob ``<stage>.stage_tiles``).  Per-row statistics that no row group holds
+   through a block in L1 (knob ``<stage>.stage_tiles``).  A short last axis that is read
+   contiguously together with the axis before it by every tensor both index (a 1x1
+   convolution's pixels, ``X[n, c, y, x]``) is merged with it into one axis of whole vectors
+   first (``flatten.py``, knob ``<stage>.merge_tail``): a matrix product over the pixels,
+   the weights broadcast in place, no packed copy, stores along the output's rows.
+   Per-row statistics that no row group holds
    (read by a column reduction too, as in layer_norm's backward) run as rows in parallel,
    each row reduced in vector lanes (knob ``<stage>.row_reduce``).  A reduction over a
    triangle (an affine ``where`` on its output axes: syrk, a covariance's upper half) runs
@@ -73,6 +78,7 @@ from ..ir import dtype as dt
 from ..te.tensor import ComputeOp, ScanOp
 from . import model
 from .graph import const_int, has_call, loads_of, numel, same_dim
+from .flatten import merge_tail, mergeable_tail
 from .pack import cache_write_as, const_factor, pack_dim, pack_operand
 from .sweep import matrix_bytes, row_partner
 from .triangle import box_host, box_tiles, fusable_host, plain_loads, where_constraints
@@ -85,7 +91,8 @@ FUSED_ROWS = 8             # rows of a fused sweep's block (sweep.py): read twic
 BLOCK_ROWS = 8             # rows a 1-D row reduction updates in turn (independent chains)
 KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_cols",
          "unroll_k", "pack", "pack_rows", "order", "fuse_consumer",
-         "box", "scale_out", "fuse_rows", "row_block", "stage_tiles")     # every knob of a stage
+         "box", "scale_out", "fuse_rows", "row_block", "stage_tiles",
+         "merge_tail")     # every knob of a stage
 
 
 class Knobs:
@@ -664,7 +671,25 @@ class Sketch:
                        for r in op.reduce_axis)
         col = op.axis[-1]
         tri = where_constraints(op) if rect and plain_loads(op, g.loads(op)) else None
-        alt = self.vector_axis(op, lanes) if not sym and rect and tri is None else None
+        first = mergeable_tail(op, g.loads(op), lanes) if not sym and rect and tri is None \
+            else None
+        merged = None       # the stage that copies the merged axes' results back, and its op
+        if first is not None and self.k(f"{lab}.merge_tail", True, [False]):
+            # the trailing axes as one contiguous axis (flatten.py: a 1x1 convolution's
+            # pixels), the copy back into the output's shape the tile's host
+            host = self.host(op)
+            if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
+                host = op
+            flat = merge_tail(s, op.output(0), first)
+            self.done.add(id(op))
+            if host is not op:
+                s[op].compute_inline()
+            merged = (s[host], host)
+            op = flat.op
+            self.label[id(op)] = lab
+            col = op.axis[-1]
+        alt = self.vector_axis(op, lanes) if not sym and rect and tri is None and \
+            merged is None else None
         if alt is not None and self.k(f"{lab}.vector_axis", alt.var.name, ["last"]) != "last":
             col = alt
         row = self.row_axis(op, col)
@@ -736,16 +761,27 @@ class Sketch:
             order = "ij!"   # row tiles outside, whichever axis comes first
         blocks = self.k(f"{lab}.stage_tiles", STAGE_TILES, [0, 8, 32]) if swapped else 0
         box = tri is not None and self.k(f"{lab}.box", True, [False])
-        host = self.host(op)
-        if box and host is not op and not fusable_host(host, op, g.loads(host)):
-            host = op
-        if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
-            host = op
+        if merged is not None:
+            host = merged[1]
+        else:
+            host = self.host(op)
+            if box and host is not op and not fusable_host(host, op, g.loads(host)):
+                host = op
+            if host is not op and not self.k(f"{lab}.fuse_consumer", True, [False]):
+                host = op
         packed = pack_operand(s, s[op], pack_t, col.var, nr) if pack else None
         if pack_rows and mr > 1:
             pack_operand(s, s[op], rows_t, row.var, mr)
         pos = {a: n for n, a in enumerate(op.axis)}
-        if moved:
+        hax = None
+        if merged is not None:
+            # the host's merged axes fused: its loops match the merged stage's axes
+            T, cs, cop_axes = merged[0], s[op], list(op.axis)
+            hax = list(host.axis)[:first]
+            hax.append(T.fuse(*host.axis[first:]))
+            cs.set_scope("local")
+            self.done.add(id(host))
+        elif moved:
             # accumulators laid out with the vector axis last (contiguous vectors)
             layout = [n for n in range(len(op.axis)) if n != pos[col]] + [pos[col]]
             cc = cache_write_as(s, op.output(0), layout, True)
@@ -798,7 +834,7 @@ class Sketch:
             try_(T.vectorize, hinner[0])
             V, hinner = G, ginner
         else:
-            hax = list(host.axis)
+            hax = hax or list(host.axis)
             houter, hinner, hjo = self.tile_loops(T, hax, pos[col],
                                                   None if row is None else pos[row], mr, nr,
                                                   order)
