@@ -17,12 +17,12 @@ touches only this schedule, as ``cache_write`` does; the trace records it as a s
 """
 from ..errors import ScheduleError
 from ..ir import expr as E
-from ..ir.functor import substitute
 from ..schedule.cache import _fresh_name, _insert_stage, _reset_stage, _same_axes_op
 from ..schedule.schedule import Stage
 from ..schedule.trace import schedule_rewrite
 from ..te.tensor import ComputeOp
 from .graph import const_int
+from .pack import substitute_body
 
 
 def mergeable_tail(op, loads, lanes):
@@ -96,13 +96,7 @@ def merge_tail(s, tensor, first):
         stride //= e
         v = E.binary("floordiv", p.var, E.const(stride, "int32")) if stride > 1 else p.var
         sub[a.var] = E.binary("floormod", v, E.const(e, "int32")) if n else v
-    body = op.body[0]
-    if isinstance(body, E.Reduce):
-        src = [substitute(x, sub) for x in body.source]
-        where = substitute(body.where, sub) if body.where is not None else None
-        body = E.Reduce(body.combiner, src, list(body.axis), where, 0)
-    else:
-        body = substitute(body, sub)
+    body = substitute_body(op.body[0], sub, f"merge_tail({tensor.name})")
     base = f"{op.name}.flat"
     mop = ComputeOp(_fresh_name(s, base, base), "auto_flat", kept + [p], [body],
                     list(op.shape[:first]) + [E.const(size, "int32")])

@@ -126,7 +126,6 @@ def cache_write_as(s, tensor, order, scale_out=False):
     product without them and the copy-out multiplies once per output element (one FMA per
     term in the register tile instead of a multiply, a broadcast and an FMA).  ``tensor``'s
     stage must be unscheduled; returns the local tensor."""
-    from ..ir.functor import substitute
     st = s[tensor]
     op = st.op
     if not isinstance(op, ComputeOp) or len(op.outputs) != 1 or st.relations or \
@@ -140,15 +139,7 @@ def cache_write_as(s, tensor, order, scale_out=False):
     scale = const_factor(body) if scale_out else None
     if scale is not None:
         body = E.Reduce(body.combiner, [scale[1]], list(body.axis), None, 0)
-    if isinstance(body, E.Reduce):
-        if any((set(_free(r.begin)) | set(_free(r.end))) & set(sub) for r in body.axis):
-            raise ScheduleError(f"cache_write_as({tensor.name}): reduction bounds depend on "
-                                "the data axes")
-        src = [substitute(x, sub) for x in body.source]
-        where = substitute(body.where, sub) if body.where is not None else None
-        new_body = E.Reduce(body.combiner, src, list(body.axis), where, 0)
-    else:
-        new_body = substitute(body, sub)
+    new_body = substitute_body(body, sub, f"cache_write_as({tensor.name})")
     base = f"{op.name}.local"
     cop = ComputeOp(_fresh_name(s, base, base + ".w"), "cache_write",
                     [fresh[n] for n in order], [new_body], [op.shape[n] for n in order])
@@ -161,6 +152,19 @@ def cache_write_as(s, tensor, order, scale_out=False):
     copy = _same_axes_op(op, [val])
     _reset_stage(st, copy)
     return cop.outputs[0]
+
+
+def substitute_body(body, sub, what):
+    """A compute body with the data axes replaced by ``sub``; refuses (naming ``what``) a
+    reduction whose bounds depend on them."""
+    from ..ir.functor import substitute
+    if not isinstance(body, E.Reduce):
+        return substitute(body, sub)
+    if any((set(_free(r.begin)) | set(_free(r.end))) & set(sub) for r in body.axis):
+        raise ScheduleError(f"{what}: reduction bounds depend on the data axes")
+    src = [substitute(x, sub) for x in body.source]
+    where = substitute(body.where, sub) if body.where is not None else None
+    return E.Reduce(body.combiner, src, list(body.axis), where, 0)
 
 
 def _free(e):
