@@ -419,6 +419,9 @@ def main(argv=None):
     p.add_argument("--search", action="store_true",
                    help=f"also search {SEARCH_SECONDS} s per case with tedsl.tune.auto")
     p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
+    p.add_argument("--merge", action="store_true",
+                   help="replace only the rows of the cases given in RESULTS.md's table (the "
+                        "note then says which rows were measured when)")
     p.add_argument("--rules", action="store_true",
                    help="time the rules of softmax, GEMM (and its tile), 2mm, atax and bicg "
                         "against the same graphs without them (writes the auto_rules section)")
@@ -461,10 +464,52 @@ def main(argv=None):
             "the schedule of benchmarks/gemm.py." + load_note())
     title = ("## Auto-scheduling (zero search, and 120 s of search)" if opts.search else
              "## Auto-scheduling (no search)")
+    if opts.merge and opts.cases:
+        merged = _merge_rows(rows, names, opts.search)
+        if merged is None:
+            print("--merge: no earlier table of the same kind in RESULTS.md; nothing written")
+            opts.no_write = True
+        else:
+            title, table, note = merged
     if not opts.no_write:
         write_results("auto", title + "\n\n" + table + "\n\n" + note)
     print(table)
     return 0
+
+
+def _merge_rows(rows, names, search):
+    """The auto section of RESULTS.md with the rows of cases ``names`` replaced by ``rows``:
+    ``(title, table, note)``, or None when the section is missing or of the other kind
+    (with / without search)."""
+    import datetime
+    import re
+    from common import RESULTS
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    m = re.search(r"<!-- section:auto -->\n(.*?)\n<!-- /section:auto -->", text, re.DOTALL)
+    if m is None:
+        return None
+    body = m.group(1).strip().split("\n\n")
+    if len(body) < 3 or ("120 s of search" in body[0]) != bool(search):
+        return None
+    title, old, note = body[0], body[1].split("\n"), "\n\n".join(body[2:])
+    labels = [LABELS[n] + " (" for n in names]
+    new = {}
+    for r in rows:
+        new.setdefault(r[0], []).append("| " + " | ".join(r) + " |")
+    lines, done = [], set()
+    for line in old:
+        cell = line.split("|")[1].strip() if line.startswith("|") else ""
+        if any(cell.startswith(lb) for lb in labels):
+            if cell not in done:
+                lines.extend(new.get(cell, []))
+                done.add(cell)
+            continue
+        lines.append(line)
+    lines.extend(x for c, rs in new.items() if c not in done for x in rs)
+    when = datetime.date.today().isoformat()
+    note += (f" Rows of {', '.join(LABELS[n] for n in names)} re-measured on {when} "
+             "(`--merge`, the same rounds and peers); the other rows are from the full run.")
+    return title, "\n".join(lines), note
 
 
 if __name__ == "__main__":
