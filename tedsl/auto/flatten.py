@@ -22,7 +22,7 @@ from ..schedule.schedule import Stage
 from ..schedule.trace import schedule_rewrite
 from ..te.tensor import ComputeOp
 from .graph import const_int
-from .pack import substitute_body
+from .pack import _free, substitute_body
 
 
 def mergeable_tail(op, loads, lanes):
@@ -34,10 +34,8 @@ def mergeable_tail(op, loads, lanes):
     ya, xa = op.axis[-2], op.axis[-1]
     ey, ex = const_int(ya.end), const_int(xa.end)
     if ey is None or ex is None or const_int(ya.begin) != 0 or const_int(xa.begin) != 0 or \
-            ex % lanes == 0 or ey * ex < 2 * lanes:
-        return None
-    if -(-ex // lanes) * lanes * ey <= -(-(ey * ex) // lanes) * lanes:
-        return None         # no lane gained (x is a whole number of registers when padded)
+            ey * ex < 2 * lanes or -(-ex // lanes) * lanes * ey <= -(-(ey * ex) // lanes) * lanes:
+        return None         # short, or no lane gained (rows of whole registers when padded)
     merged = {ya.var, xa.var}
     vector_read = False
     for ld in loads:
@@ -61,11 +59,6 @@ def _mentions(e, vs):
     return bool(set(_free(e)) & vs)
 
 
-def _free(e):
-    from ..ir.functor import free_vars
-    return free_vars(e) if isinstance(e, E.Expr) else ()
-
-
 @schedule_rewrite
 def merge_tail(s, tensor, first):
     """Compute ``tensor`` (an unscheduled single-output compute of constant trailing extents)
@@ -86,25 +79,26 @@ def merge_tail(s, tensor, first):
     size = 1
     for e in exts:
         size *= e
-    kept = [E.IterVar(E.Var(f"{a.var.name}.m", "int32"), a.begin, a.end, "data_par")
+    kept = [E.IterVar(E.Var(f"{a.var.name}.m", a.var.dtype), a.begin, a.end, "data_par")
             for a in axes[:first]]
-    p = E.IterVar(E.Var(".".join(a.var.name for a in merged) + ".m", "int32"),
-                  E.const(0, "int32"), E.const(size, "int32"), "data_par")
+    it = merged[-1].var.dtype
+    p = E.IterVar(E.Var(".".join(a.var.name for a in merged) + ".m", it),
+                  E.const(0, it), E.const(size, it), "data_par")
     sub = {a.var: k.var for a, k in zip(axes[:first], kept)}
     stride = size
     for n, (a, e) in enumerate(zip(merged, exts)):
         stride //= e
-        v = E.binary("floordiv", p.var, E.const(stride, "int32")) if stride > 1 else p.var
-        sub[a.var] = E.binary("floormod", v, E.const(e, "int32")) if n else v
+        v = E.binary("floordiv", p.var, E.const(stride, it)) if stride > 1 else p.var
+        sub[a.var] = E.binary("floormod", v, E.const(e, it)) if n else v
     body = substitute_body(op.body[0], sub, f"merge_tail({tensor.name})")
     base = f"{op.name}.flat"
     mop = ComputeOp(_fresh_name(s, base, base), "auto_flat", kept + [p], [body],
-                    list(op.shape[:first]) + [E.const(size, "int32")])
+                    list(op.shape[:first]) + [E.const(size, it)])
     _insert_stage(s, Stage(mop, s), st)
     flat = None
     for a, e in zip(merged, exts):
         flat = a.var if flat is None else \
-            E.binary("add", E.binary("mul", flat, E.const(e, "int32")), a.var)
+            E.binary("add", E.binary("mul", flat, E.const(e, it)), a.var)
     copy = _same_axes_op(op, [E.TensorLoad(mop.outputs[0],
                                            [a.var for a in axes[:first]] + [flat])])
     _reset_stage(st, copy)

@@ -673,7 +673,7 @@ class Sketch:
         tri = where_constraints(op) if rect and plain_loads(op, g.loads(op)) else None
         first = mergeable_tail(op, g.loads(op), lanes) if not sym and rect and tri is None \
             else None
-        merged = None       # the stage that copies the merged axes' results back, and its op
+        merged = None       # the op whose stage copies the merged axes' results back
         if first is not None and self.k(f"{lab}.merge_tail", True, [False]):
             # the trailing axes as one contiguous axis (flatten.py: a 1x1 convolution's
             # pixels), the copy back into the output's shape the tile's host
@@ -684,7 +684,7 @@ class Sketch:
             self.done.add(id(op))
             if host is not op:
                 s[op].compute_inline()
-            merged = (s[host], host)
+            merged = host
             op = flat.op
             self.label[id(op)] = lab
             col = op.axis[-1]
@@ -762,7 +762,7 @@ class Sketch:
         blocks = self.k(f"{lab}.stage_tiles", STAGE_TILES, [0, 8, 32]) if swapped else 0
         box = tri is not None and self.k(f"{lab}.box", True, [False])
         if merged is not None:
-            host = merged[1]
+            host = merged
         else:
             host = self.host(op)
             if box and host is not op and not fusable_host(host, op, g.loads(host)):
@@ -776,7 +776,7 @@ class Sketch:
         hax = None
         if merged is not None:
             # the host's merged axes fused: its loops match the merged stage's axes
-            T, cs, cop_axes = merged[0], s[op], list(op.axis)
+            T, cs, cop_axes = s[host], s[op], list(op.axis)
             hax = list(host.axis)[:first]
             hax.append(T.fuse(*host.axis[first:]))
             cs.set_scope("local")
