@@ -77,7 +77,9 @@ class Expr:
         return expr_str(self)
 
     def children(self):
-        return tuple(getattr(self, f) for f in self._fields)
+        # a leaf (Const, Var, IterVar) has none; the common nodes name theirs directly below
+        # (children() is the innermost call of every traversal of the IR)
+        return tuple(getattr(self, f) for f in self._fields) if self._fields else ()
 
 
 class Const(Expr):
@@ -155,6 +157,9 @@ class Binary(Expr):
     def __init__(self, op, a, b, dtype):
         self.op, self.a, self.b, self.dtype = op, a, b, dtype
 
+    def children(self):
+        return (self.a, self.b)
+
 
 class Cmp(Expr):
     __slots__ = ("op", "a", "b")
@@ -162,6 +167,9 @@ class Cmp(Expr):
 
     def __init__(self, op, a, b):
         self.op, self.a, self.b, self.dtype = op, a, b, "bool"
+
+    def children(self):
+        return (self.a, self.b)
 
     def __bool__(self):
         if isinstance(self.a, Const) and isinstance(self.b, Const):
@@ -205,6 +213,9 @@ class Cast(Expr):
 
     def __init__(self, dtype, value):
         self.dtype, self.value = dtype, value
+
+    def children(self):
+        return (self.value,)
 
 
 class Call(Expr):

@@ -6,13 +6,17 @@ def walk(expr, visit):
     """Call ``visit(node)`` on every node of ``expr`` in pre-order (shared nodes once)."""
     seen = set()
     stack = [expr]
+    pop, push, mark = stack.pop, stack.extend, seen.add
     while stack:
-        e = stack.pop()
-        if id(e) in seen:
+        e = pop()
+        key = id(e)
+        if key in seen:
             continue
-        seen.add(id(e))
+        mark(key)
         visit(e)
-        stack.extend(reversed(e.children()))
+        kids = e.children()
+        if kids:
+            push(reversed(kids))
 
 
 def transform(expr, fn, memo=None):
@@ -45,13 +49,22 @@ def substitute(expr, vmap):
 
 def free_vars(expr):
     """The ``Var`` nodes that ``expr`` uses, in order of first appearance."""
-    out = {}
-
-    def visit(e):
+    out, seen = [], set()
+    stack = [expr]
+    pop, push, mark = stack.pop, stack.extend, seen.add
+    while stack:             # walk's pre-order, without a call per node
+        e = pop()
+        key = id(e)
+        if key in seen:
+            continue
+        mark(key)
         if type(e) is Var:
-            out.setdefault(id(e), e)
-    walk(expr, visit)
-    return list(out.values())
+            out.append(e)
+            continue
+        kids = e.children()
+        if kids:
+            push(reversed(kids))
+    return out
 
 
 def contains(expr, pred):
