@@ -19,6 +19,7 @@ scheduled without them (section ``auto_rules``).
 """
 import argparse
 import os
+import re
 import time
 
 import numpy as np
@@ -482,7 +483,6 @@ def _merge_rows(rows, names, search):
     ``(title, table, note)``, or None when the section is missing or of the other kind
     (with / without search)."""
     import datetime
-    import re
     from common import RESULTS
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
     m = re.search(r"<!-- section:auto -->\n(.*?)\n<!-- /section:auto -->", text, re.DOTALL)
@@ -507,9 +507,33 @@ def _merge_rows(rows, names, search):
         lines.append(line)
     lines.extend(x for c, rs in new.items() if c not in done for x in rs)
     when = datetime.date.today().isoformat()
-    note += (f" Rows of {', '.join(LABELS[n] for n in names)} re-measured on {when} "
-             "(`--merge`, the same rounds and peers); the other rows are from the full run.")
-    return title, "\n".join(lines), note
+    return title, "\n".join(lines), _merged_note(note, [LABELS[n] for n in names], when)
+
+
+_OLD_MERGE = re.compile(r" Rows of (.+?) re-measured on (\d{4}-\d\d-\d\d) \(`--merge`, the same "
+                        r"rounds and peers\); the other rows are from the full run\.")
+_MERGE = re.compile(r" Re-measured alone \(`--merge`, the same rounds and peers\): (.+?)\. "
+                    r"The other rows are from the full run\.")
+
+
+def _merged_note(note, labels, when):
+    """``note`` with one sentence saying which rows were re-measured alone, and when: the
+    rows of ``labels`` on ``when``, and those of earlier merges not measured again."""
+    dates = {}
+    for m in _OLD_MERGE.finditer(note):
+        for label in m.group(1).split(", "):
+            dates[label] = m.group(2)
+    for m in _MERGE.finditer(note):
+        for part in m.group(1).split("; "):
+            label, _, day = part.rpartition(" on ")
+            dates[label] = day
+    note = _MERGE.sub("", _OLD_MERGE.sub("", note))
+    for label in labels:
+        dates.pop(label, None)
+        dates[label] = when
+    rows = "; ".join(f"{label} on {day}" for label, day in dates.items())
+    return (note + f" Re-measured alone (`--merge`, the same rounds and peers): {rows}. "
+            "The other rows are from the full run.")
 
 
 if __name__ == "__main__":
