@@ -692,6 +692,8 @@ class Sketch:
             merged is None else None
         if alt is not None and self.k(f"{lab}.vector_axis", alt.var.name, ["last"]) != "last":
             col = alt
+        # vectors along the smaller operand's axis of a dense layer (X packed, W in place)
+        dense = col is not op.axis[-1] and col is self.smaller_operand_axis(op, lanes)
         row = self.row_axis(op, col)
         hint = _panel_hint(g.loads(op), col.var)
         mr0, nr0 = model.register_tile(m, lanes, None if row is None else
@@ -706,7 +708,7 @@ class Sketch:
         pack_t = None if sym or row is None else self.pack_candidate(op, row, col, mr0, nr0)
         rows_alt, cols_alt = [8, 4, 6, 2, 1, 12], []
         if pack_t is not None and hint is None and tri is None and \
-                (col is op.axis[-1] or col is self.smaller_operand_axis(op, lanes)):
+                (col is op.axis[-1] or dense):
             # a product over packed panels: the tile of the hand GEMM for these facts (the
             # other of its two tiles a candidate)
             a_bytes = model.footprint(op, [ld for ld in g.loads(op)
@@ -756,7 +758,7 @@ class Sketch:
         order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
                        ["ij", "ji"]) if row is not None else "ij"
         moved = col is not op.axis[-1]
-        swapped = moved and row is not None and col is self.smaller_operand_axis(op, lanes)
+        swapped = dense and row is not None
         if order == "ij" and swapped:
             order = "ij!"   # row tiles outside, whichever axis comes first
         blocks = self.k(f"{lab}.stage_tiles", STAGE_TILES, [0, 8, 32]) if swapped else 0
