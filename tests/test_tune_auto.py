@@ -162,7 +162,7 @@ def space_noting_target(outs, target):
 @pytest.mark.parametrize("target, threads, seen", [
     ("llvm", 1, "llvm -num-threads=1"), ("llvm", None, "llvm"),
     ("llvm -num-threads=2", 1, "llvm -num-threads=2")])
-def test_the_space_is_shaped_for_the_thread_count(tmp_path, target, threads, seen):
+def test_the_space_is_shaped_for_the_thread_count(tmp_path, monkeypatch, target, threads, seen):
     """The rules see the count the candidates run on (bicg's column sweep: one block of
     whole rows on one thread, a block per thread on two), unless the target names one."""
     SEEN_TARGETS.clear()
@@ -173,6 +173,9 @@ def test_the_space_is_shaped_for_the_thread_count(tmp_path, target, threads, see
     r = te.placeholder((4000,), name="r")
     i = te.reduce_axis((0, 4000), name="i")
     s = te.compute((4000,), lambda j: te.sum(r[i] * A[i, j], axis=i), name="s")
+    # a 48 KB L1: runs of up to 16 KB, a whole row of 4000 floats (a 32 KB L1 halves them)
+    monkeypatch.setattr("tedsl.auto.machine.cache_sizes",
+                        lambda: {1: 48 << 10, 2: 2 << 20, 3: 32 << 20})
     cols = {t: sketch_space([s], f"llvm -num-threads={t}")["s.tile_cols"][0] for t in (1, 2)}
     assert cols == {1: 4000, 2: 2000}, cols
 

@@ -14,8 +14,11 @@ from tedsl.codegen.llvm_memory import MemoryEmitter, flat_index
 from tedsl.transform.pipeline import lower, prepare_llvm
 
 
-def ir_text(s, args):
-    tgt = target_mod.parse("llvm")
+SKX = "llvm -mcpu=skylake-avx512"      # the register tiles below are AVX-512's (IR only, not run)
+
+
+def ir_text(s, args, target="llvm"):
+    tgt = target_mod.parse(target)
     cg = llc.generate(prepare_llvm(lower(s, args, "k")), target_mod.vector_bits(tgt), None, 0)
     return llc.module_text(cg, *target_mod.cpu_and_features(tgt))
 
@@ -40,15 +43,15 @@ def ir_both_ways(monkeypatch, make):
     return fast, slow, counts
 
 
-def matmul(n, cols, rows, unroll_k, order):
+def matmul(n, cols, rows, unroll_k, order, target=SKX):
     from tedsl.auto import auto_schedule
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
     k = te.reduce_axis((0, n), name="k")
     C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = auto_schedule([C], "llvm", params={"C.tile_cols": cols, "C.tile_rows": rows,
+    s = auto_schedule([C], target, params={"C.tile_cols": cols, "C.tile_rows": rows,
                                            "C.unroll_k": unroll_k, "C.order": order})
-    return s, [A, B, C]
+    return s, [A, B, C], target
 
 
 @pytest.mark.parametrize("knobs", [(64, 32, 14, 4, "ij"), (64, 48, 6, 2, "ji"),
@@ -108,7 +111,7 @@ def test_default_operator_schedules_emit_the_same_ir(monkeypatch):
 
 
 def test_unrolled_matmul_with_partial_tiles_matches_numpy(rng):
-    s, (A, B, C) = matmul(37, 16, 6, 8, "ij")
+    s, (A, B, C), _ = matmul(37, 16, 6, 8, "ij", target="llvm")
     f = te.build(s, [A, B, C])
     a, b, c = rand(rng, (37, 37)), rand(rng, (37, 37)), poisoned((37, 37))
     f(a, b, c)
