@@ -34,7 +34,7 @@ setup(
         "cffi>=2.0",
     ],
     extras_require={
-        "test": ["pytest>=8", NVRTC],
+        "test": ["pytest>=8", "pytest-xdist>=3", NVRTC],
         "cuda": [NVRTC],
         "torch": ["torch>=2.4"],
         # plots of the benchmarks' sweeps and of tune.auto's search (skipped with a note without it)
