@@ -35,6 +35,23 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def cpu_traits():
+    """`` (LLVM's CPU name, its widest float32 SIMD, L1d / L2 per core)``, as tedsl sees this
+    machine: the model name alone does not say whether a machine has AVX-512; '' when
+    tedsl cannot tell."""
+    try:
+        from tedsl.auto.machine import cache_sizes
+        from tedsl.codegen import target
+        name, feats = target.host_cpu()
+        bits = target.vector_bits(target.parse("llvm"))
+        isa = {512: "AVX-512", 256: "AVX2" if "+avx2" in feats.split(",") else "AVX"}.get(
+            bits, f"{bits}-bit SIMD")
+        c = cache_sizes()
+        return f" ({name}, {isa}, L1d {c[1] >> 10} KB, L2 {c[2] >> 10} KB per core)"
+    except Exception:       # a machine or tedsl version that lacks what this reads
+        return ""
+
+
 def machine_description():
     """One line naming the CPU, core count, OS, Python, numpy and llvmlite versions.
 
@@ -45,7 +62,7 @@ def machine_description():
     import llvmlite
     import numpy as np
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{cpu_model()}, {cores} cores available, {platform.system()} "
+    return (f"{cpu_model()}{cpu_traits()}, {cores} cores available, {platform.system()} "
             f"{platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, "
             f"llvmlite {llvmlite.__version__}")
 
