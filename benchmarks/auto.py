@@ -467,8 +467,9 @@ def main(argv=None):
              "## Auto-scheduling (no search)")
     if opts.merge and opts.cases:
         merged = _merge_rows(rows, names, opts.search)
-        if merged is None:
-            print("--merge: no earlier table of the same kind in RESULTS.md; nothing written")
+        if isinstance(merged, str) or merged is None:
+            print(f"--merge: {merged or 'no earlier table of the same kind in RESULTS.md'}; "
+                  "nothing written")
             opts.no_write = True
         else:
             title, table, note = merged
@@ -481,7 +482,7 @@ def main(argv=None):
 def _merge_rows(rows, names, search):
     """The auto section of RESULTS.md with the rows of cases ``names`` replaced by ``rows``:
     ``(title, table, note)``, or None when the section is missing or of the other kind
-    (with / without search)."""
+    (with / without search), or why not (a string) when it was measured on another machine."""
     import datetime
     from common import RESULTS
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
@@ -492,6 +493,12 @@ def _merge_rows(rows, names, search):
     if len(body) < 3 or ("120 s of search" in body[0]) != bool(search):
         return None
     title, old, note = body[0], body[1].split("\n"), "\n\n".join(body[2:])
+    measured, tail = re.search(r"\n\nMeasured on \d{4}-\d\d-\d\d: (.+)\.$", note), ""
+    if measured:
+        if measured.group(1) != machine_description():
+            return (f"the table was measured on {measured.group(1)}, not on this machine "
+                    "(rows of two machines in one table); run every case")
+        note, tail = note[:measured.start()], note[measured.start():]
     labels = [LABELS[n] + " (" for n in names]
     new = {}
     for r in rows:
@@ -507,7 +514,7 @@ def _merge_rows(rows, names, search):
         lines.append(line)
     lines.extend(x for c, rs in new.items() if c not in done for x in rs)
     when = datetime.date.today().isoformat()
-    return title, "\n".join(lines), _merged_note(note, [LABELS[n] for n in names], when)
+    return title, "\n".join(lines), _merged_note(note, [LABELS[n] for n in names], when) + tail
 
 
 _OLD_MERGE = re.compile(r" Rows of (.+?) re-measured on (\d{4}-\d\d-\d\d) \(`--merge`, the same "

@@ -108,7 +108,9 @@ def markdown_table(header, rows):
 def write_results(section, markdown_table, path=RESULTS):
     """Replace section ``section`` of ``RESULTS.md`` with ``markdown_table``; keep the others.
 
-    The machine description and the date on top of the file are refreshed too.
+    The section ends with the machine and the date it was measured on (unless it names the
+    machine already); the machine description and the date on top of the file are refreshed
+    too.
 
     Parameters
     ----------
@@ -124,14 +126,19 @@ def write_results(section, markdown_table, path=RESULTS):
     path = Path(path)
     text = path.read_text(encoding="utf-8") if path.exists() else TITLE + "\n"
     begin, end = f"<!-- section:{section} -->", f"<!-- /section:{section} -->"
-    block = f"{begin}\n{markdown_table.strip()}\n{end}"
+    today = datetime.date.today().isoformat()
+    body = markdown_table.strip()
+    if machine_description() not in body:      # every section names its machine
+        body += f"\n\nMeasured on {today}: {machine_description()}."
+    block = f"{begin}\n{body}\n{end}"
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
     if pattern.search(text):
         text = pattern.sub(lambda _: block, text, count=1)
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
-    today = datetime.date.today().isoformat()
-    machine = (f"{_MACHINE_BEGIN}\nLast updated {today} on: {machine_description()}\n"
+    machine = (f"{_MACHINE_BEGIN}\nLast updated {today} on: {machine_description()}.  "
+               "Sections are re-run one at a time and the machine can change between runs: "
+               "each section's note names the machine it was measured on.\n"
                f"{_MACHINE_END}")
     mpat = re.compile(re.escape(_MACHINE_BEGIN) + r".*?" + re.escape(_MACHINE_END), re.DOTALL)
     if mpat.search(text):
