@@ -109,7 +109,12 @@ def auto_schedule(outs, target="llvm", *, params=None):
 
 def sketch_space(outs, target="llvm"):
     """The knobs of ``auto_schedule`` for this graph: ``{name: [values]}``, the value the
-    analytic model picks first.  Every combination gives a legal schedule.
+    analytic model picks first.  Every combination gives a legal schedule.  A knob's values
+    are those of the sketch of the model's choices; under other values of the structural
+    knobs a sketch may offer fewer (a 1x1 convolution's tile columns along its channels
+    rather than over its merged pixels): ``auto_schedule`` refuses such a value
+    (``KnobValueError``, naming the values offered), and ``tedsl.tune.auto``'s candidates take
+    the nearest value offered instead.
 
     A knob that exists only under another value of a structural knob (the tiles of a stage
     kept where the model inlines it) is listed too; it is inactive, and ignored, in the

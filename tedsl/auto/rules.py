@@ -95,6 +95,16 @@ KINDS = ("inline", "rfactor", "row_reduce", "vector_axis", "tile_rows", "tile_co
          "merge_tail")     # every knob of a stage
 
 
+class KnobValueError(ScheduleError):
+    """A knob set to a value that the sketch its other knobs chose does not offer (``knob``,
+    ``value``, and the ``values`` it offers: the first is the model's choice)."""
+
+    def __init__(self, knob, value, values):
+        super().__init__(f"auto_schedule: knob {knob!r} cannot be {value!r}; its values are "
+                         f"{values}")
+        self.knob, self.value, self.values = knob, value, list(values)
+
+
 class Knobs:
     """Knob values: ``params`` chosen by the caller, the model's defaults otherwise; records
     the candidates of every knob met (``space``)."""
@@ -112,8 +122,7 @@ class Knobs:
         if name in self.params:
             v = self.params[name]
             if v not in cands:
-                raise ScheduleError(f"auto_schedule: knob {name!r} cannot be {v!r}; its values "
-                                    f"are {cands}")
+                raise KnobValueError(name, v, cands)
             return v
         return default
 

@@ -119,9 +119,33 @@ def auto_space(outs, target):
 
 
 def auto_candidate(outs, target, params):
-    """``tedsl.auto.auto_schedule`` with ``params``: the default ``schedule_fn``."""
+    """``tedsl.auto.auto_schedule`` with ``params``: the default ``schedule_fn``.
+
+    ``sketch_space`` lists each knob's values for the sketch of the model's choices, and a
+    knob's values can depend on the others (a 1x1 convolution's tile offers 24 columns over
+    its merged pixels, not along its channels: 16, 8, 4 there with AVX2).  A search that sets
+    a value the chosen sketch does not offer gets the nearest it offers (numbers) or the
+    model's choice (others), instead of a failed candidate."""
     from ..auto import auto_schedule
+    from ..auto.rules import KnobValueError
+    params = dict(params or {})
+    for _ in range(len(params) + 1):
+        try:
+            return auto_schedule(outs, target, params=params)
+        except KnobValueError as e:
+            if e.knob not in params or params[e.knob] != e.value:
+                raise
+            params[e.knob] = _nearest(e.value, e.values)
     return auto_schedule(outs, target, params=params)
+
+
+def _nearest(value, values):
+    """The value of ``values`` nearest to ``value`` (numbers; the smaller on a tie), else the
+    first (the model's choice)."""
+    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and nums:
+        return min(nums, key=lambda v: (abs(v - value), v))
+    return values[0]
 
 
 # -- work done in the worker processes -------------------------------------------------------
