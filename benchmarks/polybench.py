@@ -54,12 +54,13 @@ Where the zero-search rules fall short (read off the lowered programs of these d
 - **syrk, covariance** (a reduction whose output domain is a triangle, `where=j <= i`): now
   whole register tiles over the triangle's bounding box (tedsl/auto/triangle.py; the
   diagonal tiles computed whole, each element selected by the condition, the tiles outside
-  the triangle skipped, 8 rows per tile, the column tiles dealt to the threads in turn).
+  the triangle skipped, 8 rows per tile with AVX-512 and 6 with AVX2, the column tiles
+  dealt to the threads in turn).
   Before, the diagonal tiles' row-dependent bounds (`min(32, i - j0 + 1)`) kept every
   tile's accumulators in memory.  Covariance's row operand `cen[k, a]`, read down its
   columns, is packed into panels of 8 columns like the column operand, the centring
   `data - mean` computed in the two packs instead of at every step of every tile (1 thread
-  17.0 -> 10.6 ms; numpy's `c.T @ c` is a syrk, 10.9 ms).  Left: covariance's mirrored
+  of the AVX-512 Xeon: 17.0 -> 10.6 ms; numpy's `c.T @ c` is a syrk, 10.9 ms).  Left: covariance's mirrored
   copy `cov[i, j] = upper[j, i]` reads a column of `upper` per row (a 2-D tiled transpose would read it by blocks); the
   column panels are packed at the root, not per thread in cache (a panel attached inside
   the cyclic split was filled outside its loop in the last outer iteration, which the loop
@@ -71,8 +72,9 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   the border pieces (tedsl/transform/partition.py); the test of an inlined sweep that repeats
   its reader's test at the same point is dropped.  Before, the condition was tested per
   element inside the vectorized loop and, as a select of both sides, loaded the border array
-  and evaluated the inlined sweep's border branch at every point (9.4 -> 3.9 ms on 1 thread,
-  gcc 4.8 ms).
+  and evaluated the inlined sweep's border branch at every point (9.4 -> 3.9 ms on 1 thread
+  of the AVX-512 Xeon, gcc 4.8 ms).  Left: on the AMD EPYC, 2 threads run at 0.9x gcc's
+  loops (not yet examined).
 - **atax, bicg** (two reductions over the same matrix, one along rows and one along
   columns): atax's row reduction `tmp = A x`, read only by the column reduction
   `y = A^T tmp`, runs per block of 8 rows inside the column reduction's row loop, the rows
@@ -80,16 +82,21 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   bicg's two reductions are both outputs, which the schedule computes at the root: each
   still streams the matrix on its own (missing: a primitive computing one output inside
   another's loops, as TVM's `compute_with`).  The column reduction sweeps each row in runs
-  of up to a third of L1 (16 KB) with a row of accumulators there, 4 rows per step (a
+  of up to a third of L1 (16 KB of a 48 KB L1, 10 KB of a 32 KB one) with a row of
+  accumulators there, 4 rows per step (a
   register tile of 32 columns read two cache lines per row, every row a page apart).
 - **gesummv, bicg's `q`, atax's `tmp`** (row reductions `A x`): 8 rows reduced together,
   a vector of partial sums per row (each vector of `x` loaded once per 8 rows, 8
   independent chains); gesummv's two reductions are computed per block of rows of `y`
-  inside its one parallel loop.  Note that this machine's L3 (260 MB, shared) holds a
-  4000² matrix: the "memory-bound" kernels here run partly from L3.
+  inside its one parallel loop.  Note the L3: the AVX-512 Xeon's (260 MB, shared) held a
+  4000² matrix (64 MB), so there the "memory-bound" kernels ran partly from L3; the AMD
+  EPYC's 32 MB does not, and bicg, which streams the matrix once per reduction, falls
+  behind numpy's two passes on 2 threads there (0.94x: the single pass needs
+  `compute_with`).
 - **2mm** (`tmp = alpha * A B`): the constant factor is applied once per element in the
   register tile's copy-out, not to every term (a multiply and a broadcast per row and step
-  beside the FMAs made the product 0.73x numpy against a plain GEMM at parity).
+  beside the FMAs made the product 0.73x numpy against a plain GEMM at parity, on the
+  AVX-512 Xeon).
 """
 
 
