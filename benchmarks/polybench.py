@@ -73,8 +73,8 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   its reader's test at the same point is dropped.  Before, the condition was tested per
   element inside the vectorized loop and, as a select of both sides, loaded the border array
   and evaluated the inlined sweep's border branch at every point (9.4 -> 3.9 ms on 1 thread
-  of the AVX-512 Xeon, gcc 4.8 ms).  Left: on the AMD EPYC, 2 threads run at 0.9x gcc's
-  loops (not yet examined).
+  of the AVX-512 Xeon, gcc 4.8 ms).  Left: on the AMD EPYC (AVX2, 32 MB L3), 2 threads ran
+  behind gcc's loops (not yet examined).
 - **atax, bicg** (two reductions over the same matrix, one along rows and one along
   columns): atax's row reduction `tmp = A x`, read only by the column reduction
   `y = A^T tmp`, runs per block of 8 rows inside the column reduction's row loop, the rows
@@ -90,9 +90,8 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   independent chains); gesummv's two reductions are computed per block of rows of `y`
   inside its one parallel loop.  Note the L3: the AVX-512 Xeon's (260 MB, shared) held a
   4000² matrix (64 MB), so there the "memory-bound" kernels ran partly from L3; the AMD
-  EPYC's 32 MB does not, and bicg, which streams the matrix once per reduction, falls
-  behind numpy's two passes on 2 threads there (0.94x: the single pass needs
-  `compute_with`).
+  EPYC's 32 MB does not, and bicg, which streams the matrix once per reduction, fell
+  behind numpy on 2 threads there (a single pass needs `compute_with`).
 - **2mm** (`tmp = alpha * A B`): the constant factor is applied once per element in the
   register tile's copy-out, not to every term (a multiply and a broadcast per row and step
   beside the FMAs made the product 0.73x numpy against a plain GEMM at parity, on the
