@@ -1,6 +1,8 @@
 """auto_schedule's GEMM runs as the hand schedule does on several threads: one parallel loop
 over column panels, each panel of B packed inside it by the thread that uses it, A read in
-place (no pass over A before the parallel loop); packing A's rows stays a knob."""
+place (no pass over A before the parallel loop); packing A's rows stays a knob.  On a machine
+whose L3 feeds a row tile's FMAs (``model.rows_stay``) the row tiles run outside instead, B
+packed once before them."""
 import re
 
 import numpy as np
@@ -28,7 +30,19 @@ def top_level_loops(text):
     return re.findall(r"^    for (\S+) in (\w+)\(", text, re.M)
 
 
-def test_one_parallel_loop_with_per_thread_panels():
+@pytest.fixture
+def slow_l3(monkeypatch):
+    """A machine whose L3 cannot feed the FMAs of a row tile (an AVX-512 Xeon's)."""
+    monkeypatch.setattr("tedsl.auto.machine.Machine.l3_bytes_per_flop", lambda self: 0.05)
+
+
+@pytest.fixture
+def fast_l3(monkeypatch):
+    """A machine whose L3 can (an AMD EPYC with AVX2 read 0.64-0.76 bytes per peak flop)."""
+    monkeypatch.setattr("tedsl.auto.machine.Machine.l3_bytes_per_flop", lambda self: 0.7)
+
+
+def test_one_parallel_loop_with_per_thread_panels(slow_l3):
     A, B, C = matmul(1024, 1024, 1024)
     text = lowered(te.auto_schedule([C]), [A, B, C])
     loops = top_level_loops(text)
@@ -40,7 +54,21 @@ def test_one_parallel_loop_with_per_thread_panels():
     assert re.search(r"\* C_pack\[", text) and re.search(r"A\[i0\.outer \* \d+ \+", text)
 
 
-def test_row_packing_is_a_knob():
+def test_rows_outside_where_l3_feeds_them(fast_l3, rng):
+    A, B, C = matmul(1024, 1024, 1024)
+    assert sketch_space([C])["C.order"][0] == "ij"
+    text = lowered(te.auto_schedule([C]), [A, B, C])
+    # B packed whole by a parallel loop over its panels, then the row tiles in parallel
+    loops = top_level_loops(text)
+    assert [p for _, p in loops] == ["parallel", "parallel"], loops
+    assert loops[1][0].startswith("i0"), loops
+    assert re.search(r"^    C_pack = allocate\(float32\[\d+, 1024, \d+\]", text, re.M)
+    A, B, C = matmul(301, 203, 97)
+    f = te.build(te.auto_schedule([C]), [A, B, C])
+    check(f, 301, 203, 97, rng, (1, 2))
+
+
+def test_row_packing_is_a_knob(slow_l3):
     A, B, C = matmul(1024, 1024, 1024)
     space = sketch_space([C])
     assert space["C.pack_rows"] == [False, True]

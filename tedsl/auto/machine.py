@@ -23,6 +23,18 @@ class Machine:
     vector_bits: int        # SIMD register width the code generator targets
     threads: int            # worker threads a parallel loop gets (the target's -num-threads,
                             # else the runtime's)
+    host: bool = False      # the target is this machine's CPU (measurable: probe.py)
+
+    def l3_bytes_per_flop(self):
+        """Bytes one core reads from L3 in the time of one float32 flop at its FMA peak,
+        measured once per machine (``probe.py``); None for a target other than the host."""
+        if not self.host:
+            return None
+        from .probe import l3_bytes_per_flop
+        try:
+            return l3_bytes_per_flop(self.vector_bits, self.l2, self.l3)
+        except Exception:       # no JIT here: the model keeps its size-only choices
+            return None
 
     def lanes(self, dtype):
         """SIMD lanes of ``dtype`` in one register (at least 4)."""
@@ -95,4 +107,15 @@ def machine(tgt):
     except Exception:       # no LLVM host information: a safe middle ground
         bits = 256
     c = cache_sizes()
-    return Machine(c[1], c[2], c[3], bits, tgt.num_threads or _threads())
+    return Machine(c[1], c[2], c[3], bits, tgt.num_threads or _threads(), _is_host(tgt))
+
+
+def _is_host(tgt):
+    """Whether code for ``tgt`` runs on this machine's CPU model (its figures measurable)."""
+    if not tgt.mcpu:
+        return True
+    from ..codegen.target import host_cpu
+    try:
+        return tgt.mcpu == host_cpu()[0]
+    except Exception:
+        return False

@@ -764,7 +764,7 @@ class Sketch:
             for ld in g.loads(op))
         pack_rows = self.k(f"{lab}.pack_rows", down, [not down]) if rows_t is not None \
             else False
-        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, nr),
+        order = self.k(f"{lab}.order", model.loop_order(m, op, g.loads(op), row, col, mr, nr),
                        ["ij", "ji"]) if row is not None else "ij"
         moved = col is not op.axis[-1]
         swapped = dense and row is not None
