@@ -61,6 +61,13 @@ def test_foreign_cpu_is_not_measured(monkeypatch, caches):
     assert order(matmul(1024, 1024, 1024)[2], "llvm -mcpu=haswell") == "ji"
 
 
+def test_host_cpu_named_is_measured():
+    from tedsl.codegen.target import host_cpu
+    assert machine(parse("llvm")).host
+    assert machine(parse(f"llvm -mcpu={host_cpu()[0]}")).host
+    assert machine(parse("llvm -mcpu=native -num-threads=1")).host
+
+
 def test_row_tile_beyond_l1_keeps_panels(monkeypatch, caches):
     # a tile of a 3x3 convolution over 512 channels reads 4 x 3 x 3 x 512 floats and more
     l3_rate(monkeypatch, 0.7)
