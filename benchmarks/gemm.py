@@ -134,27 +134,11 @@ class FmaPeak:
     def __init__(self):
         import ctypes
         from tedsl.codegen.llvm_compile import JitEngine
+        from tedsl.auto.probe import fma_ir
         from tedsl.codegen.target import parse, vector_bits
         W = self.lanes = max(4, vector_bits(parse("llvm")) // 32)
         self.CHAINS = 24 if W >= 16 else 12
-        T, fma = f"<{W} x float>", f"@llvm.fma.v{W}f32"
-        ir = [f"declare {T} {fma}({T}, {T}, {T})",
-              "define float @peak(i64 %n, float %x) {", "entry:",
-              f"  %x0 = insertelement {T} undef, float %x, i32 0",
-              f"  %xv = shufflevector {T} %x0, {T} undef, <{W} x i32> zeroinitializer",
-              "  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%i1, %loop]"]
-        ir += [f"  %a{j} = phi {T} [zeroinitializer, %entry], [%b{j}, %loop]"
-               for j in range(self.CHAINS)]
-        ir += [f"  %b{j} = call {T} {fma}({T} %a{j}, {T} %xv, {T} %xv)"
-               for j in range(self.CHAINS)]
-        ir += ["  %i1 = add i64 %i, 1", "  %c = icmp slt i64 %i1, %n",
-               "  br i1 %c, label %loop, label %done", "done:"]
-        last = "%b0"
-        for j in range(1, self.CHAINS):
-            ir.append(f"  %s{j} = fadd {T} {last}, %b{j}")
-            last = f"%s{j}"
-        ir += [f"  %r = extractelement {T} {last}, i32 0", "  ret float %r", "}"]
-        self._engine = JitEngine("\n".join(ir))
+        self._engine = JitEngine(fma_ir(W, self.CHAINS))
         self._fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(
             self._engine.address("peak"))
         self.threads = 1

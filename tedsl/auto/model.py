@@ -247,12 +247,12 @@ def rows_stay(m, op, row_loads, row_iv, col_iv, mr, nr, cols, margin=1.25):
     tiles, the parallel loop in that order unless other axes give one of 8 iterations, must
     share out as evenly as the column panels.
 
-    On the AMD EPYC (AVX2, L3 read at 0.5 bytes per peak flop; a 6-row tile needs 0.33):
-    GEMM 1000 ran at 87.5 / 157 GFLOP/s (1 / 2 threads) with its rows in L1 against 76.6 /
-    150 with its column panels in L2, and 3x3 convolutions whose tile of weights fits L1 (64
-    and 128 channels: 72 / 75 against 65 / 69 on one thread) likewise, while those whose
-    tile does not (256 and 512 channels: 58 / 43 against 61 / 49) did not.  An AVX-512 core
-    needs twice the bytes per cycle for its FMAs and reads L3 slower: there the panels won."""
+    On the AMD EPYC (AVX2, its L3 read at 0.64-0.76 bytes per peak flop; a 6-row tile needs
+    0.33): GEMM 1000 ran at 87.5 / 157 GFLOP/s (1 / 2 threads) with its rows in L1 against
+    76.6 / 150 with its column panels in L2, the 128-channel 3x3 convolution (a row tile: the
+    input windows of 4 pixels, 9 KB) at 75 against 69 on one thread.  An AVX-512 core
+    needs twice the bytes per cycle for its FMAs and reads its L3 slower: on the Intel Xeon
+    the panels won."""
     def const_ext(iv):
         b, e = const_int(iv.begin), const_int(iv.end)
         return None if b is None or e is None else max(0, e - b)

@@ -4,8 +4,8 @@ lives in the L3 cache, against how fast it runs float32 FMAs.
 The analytic model needs their ratio to choose a product's loop order (``model.loop_order``):
 with the row tiles outside, the column operand streams from L3 once per row tile and each of
 its elements feeds only ``mr`` FMAs, which some machines feed at their FMA peak and others
-cannot (an AMD EPYC with AVX2 read 0.8 bytes per peak flop here; an AVX-512 Xeon core gets a
-small fraction of that).  Cache sizes and vector widths do not tell the two apart.
+cannot (an AMD EPYC core with AVX2 reads 0.64-0.76 bytes per peak flop; an AVX-512 Xeon core
+needs twice the bytes per cycle for its FMAs and reads its L3 slower).  Cache sizes and vector widths do not tell the two apart.
 
 Both probes are loops of LLVM IR compiled once (about 30 ms) and timed a few times (about
 20 ms): the FMA probe keeps independent chains of whole-register FMAs in flight, as many as
@@ -24,7 +24,9 @@ NOTE = "machine-probe.json"
 VERSION = 1
 
 
-def _ir(lanes, chains):
+def fma_ir(lanes, chains):
+    """LLVM IR of ``float @peak(i64 %n, float %x)``: ``chains`` independent chains of ``%n``
+    FMAs of ``lanes``-wide vectors (also the FMA-peak probe of ``benchmarks/gemm.py``)."""
     T, fma = f"<{lanes} x float>", f"@llvm.fma.v{lanes}f32"
     ir = [f"declare {T} {fma}({T}, {T}, {T})",
           "define float @peak(i64 %n, float %x) {", "entry:",
@@ -40,8 +42,14 @@ def _ir(lanes, chains):
         ir.append(f"  %s{j} = fadd {T} {last}, %b{j}")
         last = f"%s{j}"
     ir += [f"  %r = extractelement {T} {last}, i32 0", "  ret float %r", "}"]
-    # sum of %n groups of four vectors at %p, %reps times over
-    ir += ["define float @stream(ptr %p, i64 %n, i64 %reps) {", "entry:", "  br label %rep",
+    return "\n".join(ir)
+
+
+def stream_ir(lanes):
+    """LLVM IR of ``float @stream(ptr %p, i64 %n, i64 %reps)``: the sum of ``%n`` groups of
+    four ``lanes``-wide vectors at ``%p``, ``%reps`` times over."""
+    T = f"<{lanes} x float>"
+    ir = ["define float @stream(ptr %p, i64 %n, i64 %reps) {", "entry:", "  br label %rep",
            "rep:", "  %r0 = phi i64 [0, %entry], [%r1, %rdone]"]
     ir += [f"  %o{j} = phi {T} [zeroinitializer, %entry], [%e{j}, %rdone]" for j in range(4)]
     ir += ["  br label %body", "body:", "  %k = phi i64 [0, %rep], [%k1, %body]"]
@@ -75,7 +83,7 @@ def measure(vector_bits, l2, l3):
     from ..codegen.llvm_compile import JitEngine
     lanes = max(4, vector_bits // 32)
     chains = 24 if vector_bits >= 512 else 12        # registers in flight, none spilled
-    eng = JitEngine(_ir(lanes, chains))
+    eng = JitEngine(fma_ir(lanes, chains) + "\n" + stream_ir(lanes))
     peak = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(eng.address("peak"))
     stream = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
         eng.address("stream"))
