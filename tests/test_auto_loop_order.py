@@ -111,5 +111,8 @@ def test_probe_measures_and_notes_once(monkeypatch, tmp_path):
         assert probe.l3_bytes_per_flop(256, L2, L3) == 0.25
         assert len(calls) == 1
         assert (tmp_path / probe.NOTE).exists()
+        from tedsl.runtime import kernel_cache
+        kernel_cache.clear()                        # `python -m tedsl cache clear`
+        assert not (tmp_path / probe.NOTE).exists()
     finally:
         probe.host_rates.cache_clear()

@@ -61,8 +61,10 @@ def median_seconds(fn, calls=5):
 # -----------------------------
 # No schedule is written: ``auto_schedule`` packs ``B`` into column panels (its rows are
 # walked along k with a stride of n), keeps an ``mr × nr`` block of ``C`` in registers
-# (``cache_write``), unrolls k and the block's rows, vectorizes the columns and runs row tiles
-# in parallel.
+# (``cache_write``), unrolls k and the block's rows, vectorizes the columns and runs the outer
+# tiles in parallel.  Which tiles run outside depends on this machine: row tiles, each kept in
+# L1 while ``B`` streams past, where one core reads its L3 fast enough to feed them (measured
+# once per machine), else column panels of ``B``, each packed and kept in L2.
 A, B, C = gemm(N)
 t = time.perf_counter()
 s = te.auto_schedule(C)

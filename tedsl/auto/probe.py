@@ -12,7 +12,8 @@ Both probes are loops of LLVM IR compiled once (about 30 ms) and timed a few tim
 the registers hold; the stream probe sums a buffer four times the L2 size (at most a quarter
 of the L3) with four vector accumulators.  The result is kept per process and, when the
 kernel cache is on, in a note in its directory keyed by the host CPU and its caches, so a
-machine is measured once and every later process makes the same choices.
+machine is measured once and every later process makes the same choices
+(``python -m tedsl cache clear`` deletes the note: the next process measures again).
 """
 import ctypes
 import functools
@@ -20,7 +21,7 @@ import time
 
 import numpy as np
 
-NOTE = "machine-probe.json"
+NOTE = "host-probe.json"      # deleted by ``python -m tedsl cache clear``, as the other host notes
 VERSION = 1
 
 

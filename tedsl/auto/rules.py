@@ -77,6 +77,7 @@ from ..errors import ScheduleError
 from ..ir import dtype as dt
 from ..te.tensor import ComputeOp, ScanOp
 from . import model
+from .model import const_extent as ext_of
 from .graph import const_int, has_call, loads_of, numel, same_dim
 from .flatten import merge_tail, mergeable_tail
 from .pack import cache_write_as, const_factor, pack_dim, pack_operand
@@ -1222,12 +1223,6 @@ class Sketch:
         finally:
             if deferred is not None:
                 s._check_legal = deferred
-
-
-def ext_of(iv):
-    """The constant extent of a root axis, else None."""
-    b, e = const_int(iv.begin), const_int(iv.end)
-    return None if b is None or e is None else e - b
 
 
 def is_plain_copy(op):
