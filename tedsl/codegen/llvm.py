@@ -46,6 +46,8 @@ class LLVMCodegen(SimdEmitter, ParallelEmitter, EntryEmitter, StmtEmitter):
         self.vvars = set()
         self.n_par = 0
         self.n_vector_bodies = 0    # vector bodies emitted so far (loops holding one: no unroll)
+        self.n_branches = 0         # scalar conditionals emitted so far
+        self.n_branch_loops = 0     # serial loops emitted so far with a conditional inside
         self.stack_bufs = []        # the stack buffers in scope
         self.open_loops = {}        # id(var) -> var of the serial loops being emitted
         self.stack_indexers = set()     # id(var) of loops whose variable indexes a stack buffer

@@ -125,6 +125,7 @@ class StmtEmitter(MemoryEmitter):
                 self.stmt(s.else_)
             self.mask = outer
             return
+        self.n_branches += 1
         then_bb = self.fn.append_basic_block("then")
         end_bb = self.fn.append_basic_block("endif")
         else_bb = self.fn.append_basic_block("else") if s.else_ is not None else end_bb
@@ -209,6 +210,7 @@ class StmtEmitter(MemoryEmitter):
         b.position_at_end(body)
         self.vars[s.var] = i
         vector_bodies = self.n_vector_bodies
+        branches, branch_loops = self.n_branches, self.n_branch_loops
         self.open_loops[id(s.var)] = s.var
         self.stmt(s.body)
         del self.open_loops[id(s.var)]
@@ -221,10 +223,23 @@ class StmtEmitter(MemoryEmitter):
         # Except a loop that indexes a stack buffer (a register tile, its write-back): only
         # once LLVM has unrolled it are the indices constants and the tile promoted to
         # registers (a GEMM kept its tile in memory and ran 2.5x slower).
+        options = []
         if (no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations) or
                 self.n_vector_bodies != vector_bodies and
                 id(s.var) not in self.stack_indexers):
-            back.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
+            options.append("llvm.loop.unroll.disable")
+        # A loop around a loop with a conditional inside is never given to LLVM's loop
+        # vectorizer, which only sees it once its inner loops are unrolled: a conditional
+        # sum unrolled 32 times is a chain of selects each using the one before twice, and
+        # LLVM 22's vectorizer walked it for minutes (fuzz seed 2901 case 3983: the sum of
+        # exp(A[i, k]) where A[i, k] > 0, computed at an outer loop).  Loops tedsl asked to
+        # vectorize are vectorized by tedsl itself.
+        if self.n_branch_loops != branch_loops:
+            options.append(("llvm.loop.vectorize.enable", False))
+        if options:
+            back.set_metadata("llvm.loop", self._loop_id(*options))
+        if self.n_branches != branches:
+            self.n_branch_loops += 1
         b.position_at_end(end)
         del self.vars[s.var]        # out of scope: never captured by a later parallel region
 
@@ -243,10 +258,12 @@ class StmtEmitter(MemoryEmitter):
         self.stack_indexers.update(i for i in used if i in self.open_loops)
 
     def _loop_id(self, *options):
-        """Loop metadata with ``options``; ``module_text`` makes it the distinct, self-referential
+        """Loop metadata with ``options`` (a name, or a ``(name, bool)`` pair); ``module_text`` makes it the distinct, self-referential
         node LLVM requires (llvmlite cannot write one)."""
         m = self.module
-        opts = [m.add_metadata([ir.MetaDataString(m, o)]) for o in options]
+        opts = [m.add_metadata([ir.MetaDataString(m, o)]) if isinstance(o, str) else
+                m.add_metadata([ir.MetaDataString(m, o[0]), ir.Constant(I1, int(o[1]))])
+                for o in options]
         self._loop_ids = getattr(self, "_loop_ids", 0) + 1
         return m.add_metadata([ir.MetaDataString(m, f"{LOOP_SELF}{self._loop_ids}")] + opts)
 
