@@ -232,8 +232,8 @@ class StmtEmitter(MemoryEmitter):
         # vectorizer, which only sees it once its inner loops are unrolled: a conditional
         # sum unrolled 32 times is a chain of selects each using the one before twice, and
         # LLVM 22's vectorizer walked it for minutes (fuzz seed 2901 case 3983: the sum of
-        # exp(A[i, k]) where A[i, k] > 0, computed at an outer loop).  Loops tedsl asked to
-        # vectorize are vectorized by tedsl itself.
+        # exp(A[i, k]) where A[i, k] > 0, computed at its consumer's inner loop).  Loops
+        # tedsl is asked to vectorize it vectorizes itself.
         if self.n_branch_loops != branch_loops:
             options.append(("llvm.loop.vectorize.enable", False))
         if options:
@@ -258,8 +258,9 @@ class StmtEmitter(MemoryEmitter):
         self.stack_indexers.update(i for i in used if i in self.open_loops)
 
     def _loop_id(self, *options):
-        """Loop metadata with ``options`` (a name, or a ``(name, bool)`` pair); ``module_text`` makes it the distinct, self-referential
-        node LLVM requires (llvmlite cannot write one)."""
+        """Loop metadata with ``options`` (each a name, or a ``(name, bool)`` pair);
+        ``module_text`` makes it the distinct, self-referential node LLVM requires (llvmlite
+        cannot write one)."""
         m = self.module
         opts = [m.add_metadata([ir.MetaDataString(m, o)]) if isinstance(o, str) else
                 m.add_metadata([ir.MetaDataString(m, o[0]), ir.Constant(I1, int(o[1]))])
