@@ -13,9 +13,9 @@ blocked by ``kb`` and the blocks run in parallel):
 * ``register tile kb×16``: the same with 16-lane vectors over blocks of 16 columns (the last
   block of a row holds 8).
 
-PyTorch is not installed here (it is optional), so the peer is numpy: ``np.pad``, an im2col
-copy (``sliding_window_view``) and one ``matmul`` by OpenBLAS with the same thread count;
-it is also the reference, in float64, for correctness.
+The peer is numpy: ``np.pad``, an im2col copy (``sliding_window_view``) and one ``matmul`` by
+OpenBLAS with the same thread count; it is also the reference, in float64, for correctness.
+(PyTorch's convolution is the peer of the auto-scheduled layers in ``benchmarks/auto.py``.)
 
 Run: ``python benchmarks/conv2d.py``; writes the ``conv2d`` section of RESULTS.md.
 """
@@ -171,8 +171,9 @@ def main(rounds=ROUNDS):
     best = max(mods, key=lambda nm: FLOPS / med[(nm, 1)] + FLOPS / med[(nm, 2)])
     note = (f"{FLOPS / 1e6:.0f} MFLOP per call (2·K·C·9·H·W). Median over {rounds} "
             f"interleaved rounds of the median call in a {BLOCK_S:.2f} s block per contender. "
-            f"PyTorch is not installed, so the peer is numpy: pad + im2col copy + one OpenBLAS "
-            f"matmul (thread count matched{'' if set_blas else '; setter not found'}); the "
+            f"The peer is numpy (PyTorch's convolution is benchmarks/auto.py's): pad + im2col "
+            f"copy + one OpenBLAS matmul (thread count matched"
+            f"{'' if set_blas else '; setter not found'}); the "
             f"peer's time includes its im2col copy. All schedules checked against a float64 "
             f"numpy reference (max relative error {max(errs.values()):.1e}). Best here: {best}. "
             f"Batch 1: the batch loop is fused into the output-channel loop.")

@@ -127,9 +127,12 @@ class FmaPeak:
     the 32 AVX-512 registers, 12 of AVX2's 16: more than the FMA units' latency times their
     count, fewer than would spill);
     ``best(nt)`` is the fastest of many short calls (the hardware's rate when no other
-    process takes the core)."""
+    process takes the core).  A call lasts about 8 ms: starting and joining its Python threads
+    costs tens of microseconds, and calls of under a millisecond read the peak 15% low on one
+    thread and 25% low on two (AMD EPYC: 83 / 143 GFLOP/s against 97 / 186), which put GEMMs
+    above 100% of it."""
 
-    ITERS = 400_000
+    ITERS = 4_000_000
 
     def __init__(self):
         import ctypes
@@ -232,8 +235,8 @@ def main(sizes=None, quick=False, rounds=None, threads=(1, 2), rect=True):
             f"the CPU time of the calling thread (the fastest call of the rounds), which "
             f"leaves out the time other processes hold the core. Load average at the end: "
             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores. "
-            f"'of FMA peak': against `FmaPeak`, the fastest of 90 short runs of 24 "
-            f"independent vector FMA chains per thread in registers: "
+            f"'of FMA peak': against `FmaPeak`, the fastest of 90 runs (about 8 ms each) of "
+            f"{fma.CHAINS} independent vector FMA chains per thread in registers: "
             + ", ".join(f"{peak[nt]:.0f} GFLOP/s with {nt} thread{'s' if nt > 1 else ''}"
                         for nt in threads) +
             f". 'vs nearest tile multiple': "
