@@ -60,8 +60,9 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   tile's accumulators in memory.  Covariance's row operand `cen[k, a]`, read down its
   columns, is packed into panels of 8 columns like the column operand, the centring
   `data - mean` computed in the two packs instead of at every step of every tile (1 thread
-  of the AVX-512 Xeon: 17.0 -> 10.6 ms; numpy's `c.T @ c` is a syrk, 10.9 ms).  Left: covariance's mirrored
-  copy `cov[i, j] = upper[j, i]` reads a column of `upper` per row (a 2-D tiled transpose would read it by blocks); the
+  of the AVX-512 Xeon: 17.0 -> 10.6 ms; numpy's `c.T @ c` is a syrk, 10.9 ms).  Left:
+  covariance's mirrored copy `cov[i, j] = upper[j, i]` reads a column of `upper` per row (a
+  2-D tiled transpose would read it by blocks); the
   column panels are packed at the root, not per thread in cache (a panel attached inside
   the cyclic split was filled outside its loop in the last outer iteration, which the loop
   generator runs apart, and read unfilled: a loop-generation bug, avoided here).

@@ -5,7 +5,8 @@ The analytic model needs their ratio to choose a product's loop order (``model.l
 with the row tiles outside, the column operand streams from L3 once per row tile and each of
 its elements feeds only ``mr`` FMAs, which some machines feed at their FMA peak and others
 cannot (an AMD EPYC core with AVX2 reads 0.64-0.76 bytes per peak flop; an AVX-512 Xeon core
-needs twice the bytes per cycle for its FMAs and reads its L3 slower).  Cache sizes and vector widths do not tell the two apart.
+needs twice the bytes per cycle for its FMAs and reads its L3 slower).  Cache sizes and vector
+widths do not tell the two apart.
 
 Both probes are loops of LLVM IR compiled once (about 30 ms) and timed a few times (about
 20 ms): the FMA probe keeps independent chains of whole-register FMAs in flight, as many as
