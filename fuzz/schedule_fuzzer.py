@@ -1227,8 +1227,10 @@ def annotations_dropped(s, args):
     stores the stage's tensor) with its kind: ``parallel`` and ``vectorized`` as such, where a
     fuse over symbolic extents the nest of its parts cannot be joined into one loop (isl split
     or guarded it) has the kind on its outermost part (``X.0``, ...); an ``unrolled`` loop must
-    be gone after the unroll pass (expanded into straight code, also when isl separated its
-    full and partial iterations), never left as a serial loop."""
+    be gone after tedsl's own unroll pass (expanded into straight code, also when isl
+    separated its full and partial iterations), never left as a serial loop.  (By default
+    the pass leaves loops of constant trip count to LLVM, and the build checks that LLVM
+    unrolled them, ``UnrollDeclined``: every build of the fuzzer runs that check.)"""
     import re as _re
     from tedsl.poly.program import build_program
     from tedsl.transform.pipeline import lower, prepare_llvm
@@ -1236,7 +1238,7 @@ def annotations_dropped(s, args):
                for a in getattr(st, "attrs", {}).values()):
         return []
     func = lower(s, args)
-    final = prepare_llvm(func)
+    final = prepare_llvm(func, llvm_unroll=False)
     prog = build_program(s)
     lowered, expanded = _stage_loops(func.body), _stage_loops(final.body)
     out = []

@@ -10,7 +10,7 @@ import time
 
 from .codegen import llvm as llvm_codegen
 from .codegen import target as target_mod
-from .codegen.llvm_compile import JitEngine, optimize, target_machine
+from .codegen.llvm_compile import JitEngine, UnrollDeclined, optimize, target_machine
 from .errors import ArgumentError, TedslError
 from .kernel_key import build_key
 from .runtime import cpu, foreign
@@ -129,7 +129,8 @@ class CachedModule(Module):
             if _cpu_key(s, args, name, self._target) != self._key:
                 raise TedslError(f"{name}: the schedule was changed after te.build; build it "
                                  "again before exporting")
-            self._lowered = prepare_llvm(lower(s, args, name))
+            self._lowered = prepare_llvm(lower(s, args, name),
+                                         target_mod.vector_bits(self._target))
         return self._lowered
 
     @_func.setter
@@ -175,12 +176,14 @@ def _load_cached(key, s, args, name, tgt):
     return mod
 
 
-def _generate(func, tgt, fast_entry=True):
+def _generate(func, tgt, fast_entry=True, llvm_unroll=True):
     """LLVM IR text of a lowered function and what its module needs: ``(text, lowered, func,
     sig, fast_ok, n_par)``; without ``fast_entry`` the module has no Python entry (a third
-    of a small kernel's LLVM time) and is called through its packed entry."""
+    of a small kernel's LLVM time) and is called through its packed entry; ``llvm_unroll``:
+    see :func:`prepare_llvm` (the callers try it first, and again without it when LLVM
+    declines, :class:`UnrollDeclined`)."""
     lowered = str(func)
-    func = prepare_llvm(func, target_mod.vector_bits(tgt))
+    func = prepare_llvm(func, target_mod.vector_bits(tgt), llvm_unroll)
     threads = cpu.init_threads()
     abi = cpu.numpy_abi() if fast_entry else None
     cpu_name, feats = target_mod.cpu_and_features(tgt)
@@ -210,15 +213,22 @@ def compile_cpu_object(func, target="llvm", fast_entry=True, times=None):
 
 
 def _compile_object(func, tgt, fast_entry=True, times=None):
-    c0 = time.process_time()
-    text, lowered, prepared, sig, fast_ok, n_par = _generate(func, tgt, fast_entry)
-    c1 = time.process_time()
     feats = target_mod.cpu_and_features(tgt)[1]
-    tm = target_machine(tgt.mcpu, feats, reloc="pic")     # loadable by the JIT and by dlopen
-    obj = tm.emit_object(optimize(text, tm))
-    if times is not None:
-        times["emit"] = times.get("emit", 0.0) + c1 - c0
-        times["llvm"] = times.get("llvm", 0.0) + time.process_time() - c1
+    for llvm_unroll in (True, False):
+        c0 = time.process_time()
+        text, lowered, prepared, sig, fast_ok, n_par = _generate(func, tgt, fast_entry,
+                                                                  llvm_unroll)
+        c1 = time.process_time()
+        tm = target_machine(tgt.mcpu, feats, reloc="pic")  # loadable by the JIT and by dlopen
+        try:
+            obj = tm.emit_object(optimize(text, tm, check_unrolled=llvm_unroll))
+        except UnrollDeclined:
+            obj = None
+        if times is not None:
+            times["emit"] = times.get("emit", 0.0) + c1 - c0
+            times["llvm"] = times.get("llvm", 0.0) + time.process_time() - c1
+        if obj is not None:
+            break
     header = {"name": sig["name"], "signature": sig, "fast": fast_ok, "n_par": bool(n_par),
               "mcpu": tgt.mcpu, "features": feats}
     return header, obj, {"ll-raw": text, "lowered": lowered}, prepared
@@ -245,9 +255,15 @@ def build_llvm(func, tgt, key=None, built_from=None):
             mod._func = prepared
             mod._target, mod._key, mod._build = tgt, key, built_from
             return mod
-    text, lowered, func, sig, fast_ok, _ = _generate(func, tgt)
-    name = sig["name"]
-    engine = JitEngine(text, tgt.mcpu, target_mod.cpu_and_features(tgt)[1])
+    for llvm_unroll in (True, False):
+        text, lowered, prepared, sig, fast_ok, _ = _generate(func, tgt, True, llvm_unroll)
+        try:
+            engine = JitEngine(text, tgt.mcpu, target_mod.cpu_and_features(tgt)[1],
+                               check_unrolled=llvm_unroll)
+            break
+        except UnrollDeclined:
+            continue
+    func, name = prepared, sig["name"]
     fast = engine.address(f"{name}_pyentry") if fast_ok else None
     sources = {"ll": engine.optimized_ir, "ll-raw": text, "asm": engine.assembly,
                "lowered": lowered}

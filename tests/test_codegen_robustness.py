@@ -416,7 +416,9 @@ def test_unroll_at_the_limit_is_unrolled(rng):
     s = te.create_schedule(B)
     s[B].unroll(B.op.axis[0])
     mod = te.build(s, [A, B])
-    assert "for.i" not in mod.get_source("ll-raw")
+    ll = mod.get_source("ll")       # unrolled (by LLVM, or by tedsl where LLVM declines)
+    body = ll[ll.index("@main_body("):]
+    assert " phi " not in body[:body.index("\n}\n")]
     a = rng.standard_normal(1024).astype(np.float32)
     b = np.full_like(a, np.nan)
     mod(a, b)

@@ -135,7 +135,7 @@ def test_dropped_directive_checker_is_exact(monkeypatch):
     assert sf.annotations_dropped(s, args) == [
         "B: parallel(i.outer.j.fused): lowered as serial"]
     monkeypatch.setattr(pipeline, "fuse_loops", _demote("vectorized"))
-    monkeypatch.setattr(pipeline, "unroll", lambda func: func)
+    monkeypatch.setattr(pipeline, "unroll", lambda func, llvm=False: func)
     s2 = te.create_schedule([B, S])
     jo, ji = s2[B].split(B.op.axis[1], factor=4)
     s2[B].vectorize(ji)

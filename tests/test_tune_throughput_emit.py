@@ -19,7 +19,9 @@ SKX = "llvm -mcpu=skylake-avx512"      # the register tiles below are AVX-512's 
 
 def ir_text(s, args, target="llvm"):
     tgt = target_mod.parse(target)
-    cg = llc.generate(prepare_llvm(lower(s, args, "k")), target_mod.vector_bits(tgt), None, 0)
+    # tedsl's own unrolling (where LLVM declines the loops left to it): the copies' offsets
+    cg = llc.generate(prepare_llvm(lower(s, args, "k"), llvm_unroll=False),
+                      target_mod.vector_bits(tgt), None, 0)
     return llc.module_text(cg, *target_mod.cpu_and_features(tgt))
 
 

@@ -13,6 +13,7 @@ from ..ir import expr as E
 from ..ir.functor import free_vars
 from ..ir.simplify import simplify
 from . import llvm_intrin
+from .llvm_compile import UNROLL_FULL
 from .llvm_expr import I1, I32, I64, PTR, is_vec, storage_type
 from .llvm_memory import MemoryEmitter
 
@@ -224,7 +225,10 @@ class StmtEmitter(MemoryEmitter):
         # once LLVM has unrolled it are the indices constants and the tile promoted to
         # registers (a GEMM kept its tile in memory and ran 2.5x slower).
         options = []
-        if (no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations) or
+        if s.kind == "unrolled":
+            # kept a loop by the unroll pass for LLVM to unroll (checked: UnrollDeclined)
+            options.append(UNROLL_FULL)
+        elif (no_unroll or ("llvm.unroll", "disable") in tuple(s.annotations) or
                 self.n_vector_bodies != vector_bodies and
                 id(s.var) not in self.stack_indexers):
             options.append("llvm.loop.unroll.disable")

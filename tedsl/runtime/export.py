@@ -171,15 +171,28 @@ def _export(modules, path):
 def _cpu_object(module, name):
     """The LLVM object code of a CPU module: ``name``'s packed entry ``NAME_packed`` and
     ``NAME_num_threads`` are exported, every other function and global is internal."""
-    from ..codegen import llvm as llvm_codegen
     from ..codegen import target as target_mod
-    from ..codegen.llvm_compile import emit_object
+    from ..codegen.llvm_compile import UnrollDeclined
     func = getattr(module, "_func", None)
     if func is None:
         raise ArgumentError(f"export_library: {module!r} was not built by tedsl.build (a module "
                             "loaded from a library cannot be exported again)")
     tgt = module._target
     cpu, feats = target_mod.cpu_and_features(tgt)
+    try:
+        return _object_of(func, tgt, cpu, feats, module, name, True)
+    except UnrollDeclined:
+        # LLVM kept a loop the unroll pass left it: tedsl's own unrolling, as te.build does
+        from ..transform.unroll import unroll
+        return _object_of(unroll(func), tgt, cpu, feats, module, name, False)
+
+
+def _object_of(func, tgt, cpu, feats, module, name, check_unrolled):
+    """:func:`_cpu_object` of a prepared function: ``(object code, link arguments)``."""
+    from ..codegen import llvm as llvm_codegen
+    from ..codegen import target as target_mod
+    from ..codegen.extern import link_args
+    from ..codegen.llvm_compile import emit_object
     cg = llvm_codegen.generate(func, target_mod.vector_bits(tgt), None,
                                module.signature.get("num_threads", 0))
     public = {cg.name: f"{name}_packed", f"{cg.name}_num_threads": f"{name}_num_threads"}
@@ -191,6 +204,5 @@ def _cpu_object(module, name):
             g.linkage = "internal"
     text = llvm_codegen.module_text(cg, cpu, feats)
     needs = {"-lgomp"} if "GOMP_parallel" in text else set()
-    from ..codegen.extern import link_args
     needs |= link_args(cg, name)        # te.extern calls: their libraries
-    return emit_object(text, tgt.mcpu, feats), needs
+    return emit_object(text, tgt.mcpu, feats, check_unrolled=check_unrolled), needs

@@ -19,7 +19,9 @@ Shared (``lower``)
     11. ``check_defined``         every variable is an argument, a size or bound
 
 CPU (``prepare_llvm``, then ``codegen.llvm``)
-    12. ``unroll``                expand ``unrolled`` loops with constant bounds
+    12. ``unroll``                expand ``unrolled`` loops with constant bounds (those
+        over straight-line code are left to LLVM's unroller, and expanded here if it
+        declines)
     13. ``pad_register_tiles``    rows of small stack buffers padded to whole registers
 
 GPU (``runtime.cuda_module.build_cuda``, then ``codegen.cuda`` and NVRTC)
@@ -73,8 +75,10 @@ def lower(s, args, name="main", simple_mode=False):
     return func
 
 
-def prepare_llvm(func, vector_bits=None):
+def prepare_llvm(func, vector_bits=None, llvm_unroll=True):
     """The CPU-only passes between ``lower`` and LLVM code generation (``vector_bits``: the
-    target's SIMD width, for the layout of register tiles; None leaves them as lowered)."""
-    func = _run(unroll, func, "unroll")                                    # 12
+    target's SIMD width, for the layout of register tiles; None leaves them as lowered;
+    ``llvm_unroll``: leave the unrolled loops of straight-line code to LLVM's unroller, see
+    :func:`tedsl.transform.unroll.unroll`)."""
+    func = _run(lambda f: unroll(f, llvm_unroll), func, "unroll")          # 12
     return _run(lambda f: pad_register_tiles(f, vector_bits), func, "pad_register_tiles")  # 13

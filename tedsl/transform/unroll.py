@@ -104,31 +104,75 @@ def _trips(s, ext, ranges):
     return max(0, min(tops)) if tops else None
 
 
-def _go(s, ranges):
+def _go(s, ranges, keep):
     """``s`` with its unrolled loops expanded, innermost first; ``ranges`` holds the value
-    ranges of the enclosing loops and guards."""
+    ranges of the enclosing loops and guards; ``keep``: leave the loops :func:`_for_llvm`
+    accepts to LLVM."""
     t = type(s)
     if t is N.For:
         inner = dict(ranges)
         a, b = min_of(s.lo, ranges), max_of(s.hi, ranges)
         if a is not None and b is not None and s.step == 1:
             inner[s.var] = (a, b - 1)
-        s = s.replace(body=_go(s.body, inner))
-        return _expand(s, ranges) if s.kind == "unrolled" else s
+        s = s.replace(body=_go(s.body, inner, keep and s.kind != "vectorized"))
+        if s.kind != "unrolled":
+            return s
+        kept = _for_llvm(s, ranges) if keep else None
+        return kept if kept is not None else _expand(s, ranges)
     if t is N.IfThen:
-        return N.IfThen(s.cond, _go(s.then, guarded(s.cond, ranges)),
-                        _go(s.else_, ranges) if s.else_ is not None else None)
+        return N.IfThen(s.cond, _go(s.then, guarded(s.cond, ranges), keep),
+                        _go(s.else_, ranges, keep) if s.else_ is not None else None)
     if t is N.LetStmt:
         inner = ranges
         if isinstance(s.value, E.Const) and isinstance(s.value.value, int):
             inner = dict(ranges)
             inner[s.var] = (s.value.value, s.value.value)
-        return N.LetStmt(s.var, s.value, _go(s.body, inner))
+        return N.LetStmt(s.var, s.value, _go(s.body, inner, keep))
     kids = N.stmt_children(s)
     if not kids:
         return s
-    new = [_go(k, ranges) for k in kids]
+    new = [_go(k, ranges, keep) for k in kids]
     return s if all(a is b for a, b in zip(new, kids)) else with_children(s, new)
+
+
+def _for_llvm(s, ranges):
+    """Unrolled loop ``s`` (its body already expanded) as the loop LLVM unrolls, counting
+    from 0 by 1, or None where tedsl expands it: a trip count that is not a constant (a
+    tail: guarded copies), or a body other than straight-line code (stores, guards,
+    vectorized loops of constant width over such code, unrolled loops kept so)."""
+    ext = simplify(E.binary("sub", s.hi, s.lo), ranges)
+    if not isinstance(ext, E.Const) or not _straight(s.body):
+        return None
+    _check_limit(s, ext, _trips(s, ext, ranges))
+    body = s.body
+    lo = simplify(s.lo, ranges)
+    if s.step != 1 or not (isinstance(lo, E.Const) and lo.value == 0):
+        body = _subst_stmt(body, s.var, simplify(E.binary(
+            "add", lo, E.binary("mul", s.var, E.Const(s.step, s.var.dtype)))))
+    trips = E.Const(max(0, -(-ext.value // s.step)), s.hi.dtype)
+    return s.replace(lo=E.Const(0, s.lo.dtype), hi=trips, step=1, body=body)
+
+
+def _straight(body):
+    """Whether ``body`` is straight-line code once LLVM has unrolled the unrolled loops in
+    it: no serial or parallel loop, no allocation, vectorized loops of constant width whose
+    bodies hold no loop."""
+    ok = [True]
+
+    def fn(x):
+        t = type(x)
+        if t is N.Allocate:
+            ok[0] = False
+        elif t is N.For:
+            if x.kind == "vectorized":
+                ext = simplify(E.binary("sub", x.hi, x.lo))
+                inner = []
+                visit(x.body, lambda y: inner.append(y) if type(y) is N.For else None)
+                ok[0] = ok[0] and isinstance(ext, E.Const) and not inner
+            elif x.kind != "unrolled":
+                ok[0] = False
+    visit(body, fn)
+    return ok[0]
 
 
 # copies of serial loops made by one unroll above which LLVM may not unroll them again
@@ -229,6 +273,13 @@ def _max_trip(ext):
     return None
 
 
-def unroll(func):
-    """Return ``func`` with every ``unroll`` loop expanded."""
-    return func.replace(_go(func.body, {}))
+def unroll(func, llvm=False):
+    """Return ``func`` with every ``unroll`` loop expanded; with ``llvm``, the loops of
+    constant trip count over straight-line code stay loops (``kind="unrolled"``, from 0 by 1)
+    that the code generator marks for LLVM's full unrolling: the same code once optimised,
+    but LLVM IR emitted once per loop instead of once per copy, and LLVM's early passes run
+    on the small loop (a 6 x 24 register tile unrolled 8 times along its reduction: emitting
+    took 300 ms in copies, 20 ms as loops).  The code generator checks that LLVM unrolled
+    them (:class:`tedsl.codegen.llvm_compile.UnrollDeclined`); where it did not, the build
+    expands them here instead (``unroll`` again without ``llvm``)."""
+    return func.replace(_go(func.body, {}, llvm))
