@@ -325,8 +325,25 @@ def main(argv=None):
                 f"{machine}. `build` includes `lower`; `total` is define + schedule + build; a "
                 "process's first build also pays the LLVM load.")
         write_results("build_time", "## Build time (define + schedule, lower, build)\n\n" +
-                      table + "\n\n" + note)
+                      table + "\n\n" + note + "\n\n" + FINDINGS)
     return 0
+
+
+#: What earlier runs found, kept under the table for the choices they made.
+FINDINGS = (
+    "Earlier findings on the Intel Xeon (AVX-512), kept for the choices they made: on the "
+    "GEMM 512 module LLVM's `speed_level` 1/2/3, the vectorizers off and the code generator's "
+    "opt level 1/2/3 all compiled within 10 % of O3, and LLVM's loop unrolling off compiled "
+    "in 43 instead of 69 ms but ran the README schedule 1.39x slower at 1024, so O3 stays; on "
+    "the AMD EPYC, the code generator's opt level 2 instead of 3 changed 11 of 20 matmul 64 "
+    "search candidates' objects and saved nothing (83 against 73 ms). A loop's parallel / "
+    "vectorize / bind check computes the dataflow of the tensors written inside that loop "
+    "only (define + schedule of the GEMM 1000 schedule 222 -> 168 ms), and the checks "
+    "remember their isl results (810 -> 159 ms for GEMM 512). Unrolled loops of constant "
+    "trip count over straight-line code are left to LLVM's unroller instead of emitted copy "
+    "by copy (two runs of this script on the AMD EPYC, before and after: build of the README "
+    "GEMM 512 143 -> 105 ms, GEMM 1000 346 -> 265 "
+    "ms, conv2d 669 -> 566 ms).")
 
 
 def phases(names, rounds, write):

@@ -121,17 +121,24 @@ def zygote_cpu():
 #: znver3, 2 cores, llvmlite 0.50 with LLVM 22); printed under the table.
 FINDINGS = (
     "Where the matmul's build time goes (measured apart, AMD EPYC, llvmlite 0.50 / LLVM 22): "
-    "30 candidates drawn at random from its space, one process, took 164 ms of CPU each "
-    "(schedule 4, lower 76 of which isl's AST generation 11-100, emit 24, LLVM 60); two such "
-    "processes at once, as the two builders run, 209 and 231 ms each. The search's own "
-    "candidates are heavier (it settles on 6-row tiles of 16 and 24 columns, unrolled 4 or 8 "
-    "times: up to 6,000 lines of LLVM IR). LLVM's time follows the code's size, not a fixed "
-    "cost: a 177-line module took 22 ms in the O3 optimizer and 16 ms in code generation (an "
-    "empty function 2.7 ms), eleven candidates compiled as one module took as long as apart "
-    "(764 ms both), and turning off LLVM's vectorizers or its unroller saved nothing "
-    "measurable. isl: a 9-dimensional schedule of six statement pieces takes 55 ms, a single "
-    "piece 10-16 ms; generating from a schedule tree instead of the flat map took 28% less "
-    "(737 -> 529 ms over 20 candidates), not adopted yet.")
+    "the search settles on 6-row tiles of 16 and 24 columns unrolled 4 or 8 times along k; "
+    "its 40 candidates took 331 ms of CPU each in one process (schedule 5, lower 148, emit "
+    "79, LLVM 99). Emitting every unrolled copy in Python was most of emit (a 6x24 tile "
+    "unrolled 8 times: 300 ms); the unroll pass now leaves loops of constant trip count over "
+    "straight-line code to LLVM's unroller (checked after optimisation, expanded by tedsl "
+    "where LLVM declines), and emit is 10-30 ms for the same kernels, LLVM's time unchanged. "
+    "Lower is now the largest part, and isl's AST generation most of it (56-95 ms for a "
+    "12-dimensional schedule of 8 statement pieces: a single statement of 12 dimensions "
+    "already takes 10 ms). Two ways to halve it were tried and not adopted: separate only "
+    "down to the cut loops (same loops for the GEMM, but the first iteration of a vectorized "
+    "loop was then no longer peeled; keeping separate at those loops gave the time back), "
+    "and generating from a schedule tree with one band per dimension (50 ms instead of 100, "
+    "the same loops for the 40 candidates and every benchmark graph, but not elsewhere: isl "
+    "dropped instances of a schedule with many mod constraints that the exactly-once check "
+    "cannot decide, a symbolic partial tile lost its guard, and an rfactor row sweep at odd "
+    "sizes lost its constant trip counts). LLVM's time follows "
+    "the code's size: a 177-line module took 22 ms in the O3 optimizer and 16 ms in code "
+    "generation, eleven candidates compiled as one module as long as apart.")
 
 
 def search_once(make, extra, trials):

@@ -130,7 +130,9 @@ run_and_check(s, "tile(y, x, 4, 4)")
 # unroll
 # ------
 # ``unroll`` replaces a loop by copies of its body.  It needs a constant extent, which the
-# inner loop of a split has.
+# inner loop of a split has.  (On the CPU, a loop of straight-line code reaches LLVM as a loop
+# marked for full unrolling, and the build checks that LLVM unrolled it; the tail of a split
+# whose extent is not a constant is copied by tedsl itself, each copy under its guard.)
 s = te.create_schedule(B)
 y, x = B.op.axis
 xo, xi = s[B].split(x, factor=4)
