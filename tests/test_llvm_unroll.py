@@ -86,8 +86,10 @@ def test_a_tail_of_symbolic_extent_is_still_expanded_by_tedsl(rng):
     xo, xi = s[B].split(B.op.axis[0], factor=4)
     s[B].unroll(xi)
     func = prepare_llvm(te.lower(s, [A, B]), 256)
-    for loop in _loops(func, "unrolled"):      # only the full tiles' loop, constant
-        assert isinstance(loop.hi, te.ir.expr.Const)
+    kept = _loops(func, "unrolled")            # only the full tiles' loop, constant
+    assert [(l.lo.value, l.hi.value) for l in kept] == [(0, 4)]
+    text = str(func)                           # the tail: one guarded copy per iteration
+    assert text.count("B[n // 4 * 4") == 3 and "if 2 < n % 4:" in text, text
     mod = te.build(s, [A, B])
     for size in (13, 16):
         a = rng.standard_normal(size).astype("float32")

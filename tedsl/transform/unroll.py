@@ -143,14 +143,15 @@ def _for_llvm(s, ranges):
     ext = simplify(E.binary("sub", s.hi, s.lo), ranges)
     if not isinstance(ext, E.Const) or not _straight(s.body):
         return None
-    _check_limit(s, ext, _trips(s, ext, ranges))
+    trips = _trips(s, ext, ranges)
+    _check_limit(s, ext, trips)
     body = s.body
     lo = simplify(s.lo, ranges)
     if s.step != 1 or not (isinstance(lo, E.Const) and lo.value == 0):
         body = _subst_stmt(body, s.var, simplify(E.binary(
             "add", lo, E.binary("mul", s.var, E.Const(s.step, s.var.dtype)))))
-    trips = E.Const(max(0, -(-ext.value // s.step)), s.hi.dtype)
-    return s.replace(lo=E.Const(0, s.lo.dtype), hi=trips, step=1, body=body)
+    return s.replace(lo=E.Const(0, s.lo.dtype), hi=E.Const(trips, s.hi.dtype), step=1,
+                     body=body)
 
 
 def _straight(body):
