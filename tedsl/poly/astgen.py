@@ -70,6 +70,7 @@ from ..errors import InternalError, ScheduleError
 from ..ir import expr as E
 from ..ir.functor import substitute
 from ..schedule.relations import Fuse, Split
+from . import astbox
 from .convert import NotAffine, aff
 
 _T = isl.ast_expr_op_type
@@ -141,8 +142,9 @@ def children(node):
 # -- isl AST -> loop tree ---------------------------------------------------------------------
 
 class AstConverter:
-    def __init__(self, program, stmts=None, leaves=None, smap=None, keep=None):
+    def __init__(self, program, stmts=None, leaves=None, smap=None, keep=None, boxes=None):
         self.program = program
+        self.boxes = boxes or {}   # isl name -> astbox.Box: loops below isl's call
         self.smap = smap       # the schedule map generated (for loops over ordering values)
         self.keep = keep       # isl schedule dimension -> schedule position (None: the same)
         self.stmts = stmts if stmts is not None else program.by_name   # isl name -> Statement
@@ -278,14 +280,14 @@ class AstConverter:
             return If(cond, then, other)
         if t == isl.ast_node_type.user:
             call = node.user_get_expr()
-            stmt = self.stmts[call.get_op_arg(0).get_id().get_name()]
+            name = call.get_op_arg(0).get_id().get_name()
             vals = tuple(E.cast(self.expr(call.get_op_arg(i)), "int64")
                          for i in range(1, call.get_op_n_arg()))
-            leaf = self.leaves.get(call.get_op_arg(0).get_id().get_name())
-            if leaf is not None:        # instances named by their loop values (_leaf_space)
-                sub = dict(zip(leaf[0], vals))
-                vals = tuple(E.cast(substitute(x, sub), "int64") for x in leaf[1])
-            return User(stmt, vals)
+            box = self.boxes.get(name)
+            if box is not None:
+                outer, loops = box.variant(vals)
+                return self._box(name, outer, loops, ())
+            return self._user(name, vals)
         if t == isl.ast_node_type.mark:
             return self.node(node.mark_get_node())
         if t == isl.ast_node_type.for_:
@@ -319,6 +321,32 @@ class AstConverter:
             part = tuple(entry[2:]) if len(entry) > 2 else None
             return Loop(iv, stage, var, lo, hi, step, body, part)
         raise InternalError(f"unsupported isl AST node {t}")
+
+    def _user(self, name, vals):
+        leaf = self.leaves.get(name)
+        if leaf is not None:        # instances named by their loop values (_leaf_space)
+            sub = dict(zip(leaf[0], vals))
+            vals = tuple(E.cast(substitute(x, sub), "int64") for x in leaf[1])
+        return User(self.stmts[name], vals)
+
+    def _box(self, name, outer, loops, inner):
+        """The loops of a box below isl's call (:mod:`tedsl.poly.astbox`), from the
+        ``len(inner)``-th on, around the statement instance."""
+        if len(inner) == len(loops):
+            return self._user(name, astbox.Box.values(outer, loops, inner))
+        d, _j, lo, hi = loops[len(inner)]
+        if lo == hi:       # one value: isl writes it into the call, with no loop
+            return self._box(name, outer, loops, inner + (E.Const(lo, "int64"),))
+        stmt = self.stmts[name]
+        iv = stmt.entry(d)[0]
+        stage = self.program.iv_stage.get(iv, stmt.stage)
+        var = E.Var(self._fresh(iv.name, stage), "int64")
+        self.active.append(var.name)
+        try:
+            body = self._box(name, outer, loops, inner + (var,))
+        finally:
+            self.active.pop()
+        return Loop(iv, stage, var, E.Const(lo, "int64"), E.Const(hi + 1, "int64"), 1, body)
 
     def _upper(self, cond, it):
         """Exclusive upper bound from a loop condition ``it <= ub`` / ``it < ub`` (or a conjunction)."""
@@ -903,13 +931,23 @@ def generate(program):
 
 def _generate(program, mode):
     """The loop tree from isl's AST generator; ``mode``: None (separate full tiles from
-    partial ones where a loop wants constant trip counts, isl's defaults elsewhere), or
-    ``"atomic"`` / ``"separate"`` at every dimension."""
+    partial ones where a loop wants constant trip counts, isl's defaults elsewhere, inner
+    boxes without isl: :mod:`tedsl.poly.astbox`), or ``"atomic"`` / ``"separate"`` at every
+    dimension."""
+    if mode is None:
+        try:
+            return _generate_with(program, None, True)
+        except astbox.Unresolved:
+            pass
+    return _generate_with(program, mode, False)
+
+
+def _generate_with(program, mode, use_boxes):
     check_shifted_tails(program)
     width = program.sched_width()
     pieces, shifts = _pieces(program, width)
     leaf = {s.name: _leaf_space(program, s, width) for s in program.statements}
-    smap, leaves = None, {}
+    maps, leaves = {}, {}
     for name, (s, dom) in pieces.items():
         lf = leaf.get(s.name)
         if lf is None:
@@ -922,11 +960,22 @@ def _generate(program, mode):
             m = lf[3].intersect_domain(ldom).set_tuple_name(isl.dim_type.in_, name)
             leaves[name] = lf[:2]
         m = _after_full_tiles(m, s, shifts, width, program.statements)
-        m = isl.UnionMap.from_map(_rows_as_one_loop(m, program, s))
+        maps[name] = _rows_as_one_loop(m, program, s)
+    boxes = {}
+    if use_boxes:
+        maps, gen_width, boxes = astbox.collapse(
+            maps, width, lambda name, d: _box_position(
+                program, pieces[name][0], d, name in leaves, width))
+    else:
+        gen_width = width
+    smap = None
+    for m in maps.values():
+        m = isl.UnionMap.from_map(m)
         smap = m if smap is None else smap.union(m)
     build = isl.AstBuild.from_context(program.context())
     full = smap
-    for smap, keep in (_compress(full, width, program, shifts), (full, list(range(width)))):
+    for smap, keep in (_compress(full, gen_width, program, shifts),
+                       (full, list(range(gen_width)))):
         options = None
         dims = ", ".join(f"t{d}" for d in range(len(keep)))
         if mode is not None:
@@ -937,12 +986,12 @@ def _generate(program, mode):
             options = isl.UnionMap(f"{{ [{dims}] -> separate[x] }}")
         try:
             tree = _convert(build if options is None else build.set_options(options), smap,
-                            program, pieces, leaves, keep)
+                            program, pieces, leaves, keep, boxes)
             break
         except isl.Error:
             # isl's coalescing failed an internal check on the compressed schedule (fuzz
             # case 'loop over ordering values of a coalesced statement'): all dimensions
-            if len(keep) == width:
+            if len(keep) == gen_width:
                 raise
     lost = _lost_loops(tree, program, width)
     if not lost and _inside_parallel_loops(tree, program, width):
@@ -958,7 +1007,7 @@ def _generate(program, mode):
     ctx.set_max_operations(ATOMIC_OPERATIONS)
     try:
         other = None if atomic is options else \
-            _convert(build.set_options(atomic), smap, program, pieces, leaves, keep)
+            _convert(build.set_options(atomic), smap, program, pieces, leaves, keep, boxes)
     except isl.Error:
         # isl's coalescing can fail on the atomic option domains (an internal
         # tableau check, fuzz seed 1501 case 1690): the separate tree is correct
@@ -982,10 +1031,26 @@ def _generate(program, mode):
 ATOMIC_OPERATIONS = 5_000_000
 
 
-def _convert(build, smap, program, pieces, leaves, keep=None):
+def _convert(build, smap, program, pieces, leaves, keep=None, boxes=None):
     node = build.node_from_schedule_map(smap)
     return AstConverter(program, {k: v[0] for k, v in pieces.items()}, leaves,
-                        smap, keep).node(node)
+                        smap, keep, boxes).node(node)
+
+
+def _box_position(program, s, d, leaf, width):
+    """For :func:`astbox.collapse`: the domain position of the iterator of schedule position
+    ``d`` of ``s`` (its domain named by loop values when ``leaf``, :func:`_leaf_space`, else
+    by its iterators), -1 at an ordering position, None for a loop isl must generate (a
+    fuse part, a split whose tail shifts inwards, a dimension that is no iterator)."""
+    e = s.entry(d)
+    if isinstance(e, int):
+        return -1
+    if len(e) > 2 or _shift_factor(program.iv_stage.get(e[0], s.stage), e[0]) is not None:
+        return None
+    if leaf:
+        return sum(1 for k in range(d) if not isinstance(s.entry(k), int))
+    x = next((x for x in s.iters if program.names.name(x) == e[1].strip()), None)
+    return None if x is None else s.iters.index(x)
 
 
 def _compress(smap, width, program, shifts):
