@@ -53,6 +53,14 @@ body (:func:`_one_parallel_loop`); where isl would then peel a statement out in 
 or after the loop, the ``separate`` tree is kept.  A vectorized loop with loops inside
 counts as parallel here.
 
+Inner boxes
+-----------
+Below its outer loops a piece is usually a box of constant bounds that no other piece
+shares (a register tile's rows, columns and unrolled reduction).  isl's generation costs
+with every schedule dimension, so such a piece is given to isl as a statement of its outer
+dimensions only and its box's loops are added below isl's call
+(:mod:`tedsl.poly.astbox`: the conditions, read off isl's constraints).
+
 Rows apart
 ----------
 A stage computed at a loop of a reader of rows ``i - 1`` and ``i + 1`` has a region of two
