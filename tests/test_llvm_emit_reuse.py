@@ -79,7 +79,8 @@ def test_unrolled_vector_tile_matches_numpy(rng):
 
 def test_module_text_marks_every_function_and_loop_metadata(rng):
     # a vectorized loop that holds a loop runs as a scalar loop that LLVM must not unroll:
-    # its loop metadata names itself (distinct), and every defined function gets #0
+    # its loop metadata names itself (distinct), and every defined function gets #0 but the
+    # Python entry's, #1 (the same target attributes, not optimised)
     h = w = 40
     img = te.placeholder((h, w), "float32", name="I")
     r = te.reduce_axis((0, 3), name="r")
@@ -90,9 +91,14 @@ def test_module_text_marks_every_function_and_loop_metadata(rng):
         f = te.build(s, [img, out])
     raw = f.get_source("ll-raw")
     defines = re.findall(r"^define .*$", raw, flags=re.M)
-    assert defines and all(d.endswith(") #0") for d in defines)
+    entry = [d for d in defines if "_pyentry\"(" in d or "_torch_arg\"(" in d]
+    assert len(entry) == 2 and all(d.endswith(") #1") for d in entry), defines
+    assert all(d.endswith(") #0") for d in defines if d not in entry)
     assert re.search(r"^(!\d+) = distinct !\{ \1,", raw, flags=re.M)
     assert raw.rstrip().endswith("}") and raw.count("attributes #0 = {") == 1
+    one = re.search(r"^attributes #1 = \{ noinline optnone (.*) \}$", raw, flags=re.M)
+    zero = re.search(r"^attributes #0 = \{ (.*) \}$", raw, flags=re.M)
+    assert one and zero and one.group(1) == zero.group(1)
     a = rng.standard_normal((h, w)).astype(np.float32)
     o = poisoned((h - 2, w))
     f(a, o)

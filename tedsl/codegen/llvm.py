@@ -100,13 +100,20 @@ def module_text(cg, cpu, features):
         attrs.append(f'"target-features"="{features}"')
     if cg.vector_bits >= 512:
         attrs.append('"prefer-vector-width"="512"')
+    # the Python entry's checks are not optimised (``optnone``, machine code without
+    # LLVM's instruction selection passes): they are most of a small kernel's module, and
+    # optimised they cost a GEMM's build 16 of its 43 ms in LLVM for a call a few
+    # nanoseconds faster (benchmarks/call_overhead.py)
+    entries = (f'@"{cg.name}_pyentry"(', f'@"{cg.name}_torch_arg"(')
     parts = text.split("\ndefine ")
     for i in range(1, len(parts)):     # a header line that ends with its parameters
         head, sep, rest = parts[i].partition("\n")
         head = head.rstrip()
         if head.endswith(")"):
-            parts[i] = head + " #0" + sep + rest
-    return "\ndefine ".join(parts) + "\nattributes #0 = { " + " ".join(attrs) + " }\n"
+            group = " #1" if any(e in head for e in entries) else " #0"
+            parts[i] = head + group + sep + rest
+    return ("\ndefine ".join(parts) + "\nattributes #0 = { " + " ".join(attrs) + " }\n"
+            "attributes #1 = { noinline optnone " + " ".join(attrs) + " }\n")
 
 
 def generate(func, vector_bits=512, fast_entry_abi=None, num_threads=0):
