@@ -215,3 +215,20 @@ def test_a_box_number_isl_does_not_resolve_falls_back_to_isl(monkeypatch, rng):
     assert "for j.outer in parallel(0, 2):" in text and "if j.outer == 1:" in text, text
     a, b = rand(rng, (9, 9), "float64"), rand(rng, (9, 9), "float64")
     check_kernel(s, [A, B, T1], [a, b], [a - b], rtol=1e-12, atol=0)
+
+
+def test_rows_apart_become_one_strided_piece_and_a_tile_interval_is_answered_cheaply(
+        monkeypatch):
+    """``_strided_hull`` writes rows ``i - 1`` and ``i + 1`` as one piece of stride 2; a piece
+    over an interval of rows (the full and partial tiles of a register tile) is turned down
+    before the differences are computed (``_interval_at``), as the differences would."""
+    rows = isl.Map("{ S[i, r] -> [i, r] : 1 <= i <= 8 and (r = i - 1 or r = i + 1) }")
+    assert not astgen._interval_at(rows, 1)
+    one = astgen._strided_hull(rows, 1)
+    assert one is not None and one.n_basic_map() == 1 and one.is_equal(rows)
+    tiles = isl.Map("{ S[i, r] -> [i, r] : (0 <= i <= 9 and 0 <= r <= 5) or "
+                    "(i = 10 and 0 <= r <= 3) }")
+    assert astgen._interval_at(tiles, 1)
+    assert astgen._strided_hull(tiles, 1) is None
+    monkeypatch.setattr(astgen, "_interval_at", lambda m, d: False)
+    assert astgen._strided_hull(tiles, 1) is None      # the full computation agrees

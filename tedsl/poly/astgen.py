@@ -761,6 +761,8 @@ def _strided_hull(m, d):
     at output dimension ``d`` (among instances that share the dimensions before it), when
     that equals ``m``; else None."""
     S = isl.dim_type.set
+    if _interval_at(m, d):
+        return None
     rng = m.range()
     n = rng.dim(S)
     head = rng.project_out(S, d + 1, n - d - 1)     # the differences at d need no more
@@ -795,6 +797,27 @@ def _strided_hull(m, d):
     if one.n_basic_map() != 1 or not one.is_equal(m):
         return None
     return one
+
+
+def _interval_at(m, d):
+    """Whether a piece of ``m`` runs over two or more values of output dimension ``d`` for
+    one value of the dimensions before it, with no existential variable: those values are
+    then an interval, two of them 1 apart, so no stride of 2 or more covers ``m`` (cheaper
+    than the differences :func:`_strided_hull` computes: the full and partial tiles of a
+    register tile, two pieces, are answered here)."""
+    S, D = isl.dim_type.set, isl.dim_type.div
+    for bm in m.get_basic_maps():
+        rng = bm.range()
+        if rng.dim(D):
+            continue
+        head = rng.project_out(S, d + 1, rng.dim(S) - d - 1)
+        if head.dim(D):
+            continue
+        fiber = isl.Map.from_range(isl.Set.from_basic_set(head)).move_dims(
+            isl.dim_type.in_, 0, isl.dim_type.out, 0, d)
+        if not fiber.is_single_valued():
+            return True
+    return False
 
 
 def _at_dim(step, d, space):
