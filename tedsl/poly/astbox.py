@@ -30,8 +30,14 @@ number, which isl hands back in its call: a constant wherever isl separated the 
 outer parts, as it does below the parallel loop (else the program is generated without
 boxes, :class:`Unresolved`).  The dimensions at or past the deepest ``c`` leave the
 schedule; a program in which some piece has no inner box keeps every dimension (isl's cost
-follows the widest piece).  ``tests/test_astbox.py`` checks that the loops are the same
-with and without boxes, and the exactly-once check reads them back as before.
+follows the widest piece).
+
+The order of the instances is the same by construction, and the exactly-once check reads
+the loops back as before.  The loops themselves are the same for the search's
+register-tiled candidates, the library's kernels and every benchmark graph
+(``tests/test_astbox.py`` compares some); elsewhere isl, given fewer dimensions, can place
+a guard or a split of the outer loops differently (in the test suite: a copy loop no longer
+split at a tile's edge, a redundant guard gone, the first iteration of a fused loop peeled).
 """
 from dataclasses import dataclass
 
