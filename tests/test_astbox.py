@@ -232,3 +232,51 @@ def test_rows_apart_become_one_strided_piece_and_a_tile_interval_is_answered_che
     assert astgen._strided_hull(tiles, 1) is None
     monkeypatch.setattr(astgen, "_interval_at", lambda m, d: False)
     assert astgen._strided_hull(tiles, 1) is None      # the full computation agrees
+
+
+def test_a_partial_tile_fixed_by_its_inner_bounds_is_a_box():
+    # the last column tile of a 64-wide loop cut in tiles of 24: L1 >= 2 and L3 <= 63 - 24 L1
+    # fix L1 = 2 (isl's constraints do not say so): a box of 16 columns below L1
+    # (isl's parser would find L1 = 2 itself; the pieces come from a subtraction)
+    tiles = isl.Map("{ S[L1, L3] -> [0, L1, 1, L3] : 0 <= L1 and 0 <= L3 <= 23 }")
+    full = isl.Map("{ S[L1, L3] -> [0, L1, 1, L3] : L1 <= 1 or L3 > 63 - 24L1 }")
+    bm = tiles.subtract(full).get_basic_maps()[0]
+    pos = [-1, 0, -1, 1]
+    assert astbox._depth(bm, 4, pos, 0)[0] == 4     # as given: L3's bound follows L1
+    c, bounds = astbox._part(bm, 4, pos, 0)[1:]
+    assert c == 0
+    assert bounds[1] == (2, 2) and bounds[3] == (0, 15)
+
+
+def test_a_bound_through_an_outer_loop_that_varies_is_still_no_box():
+    text = "{ S[L1, L3] -> [0, L1, 1, L3] : 0 <= L1 <= 2 and 0 <= L3 <= 63 - 24L1 and L3 <= 23 }"
+    bm = isl.Map(text).get_basic_maps()[0]
+    assert astbox._part(bm, 4, [-1, 0, -1, 1], 0)[1] == 4
+
+
+def test_partial_column_tiles_of_the_search_collapse_and_compute_the_product(
+        monkeypatch, rng):
+    # 64 columns in tiles of 24: the partial tile's pieces are boxes too, so isl is given
+    # only the loops above the register tile
+    outs = _matmul_outs()
+    config = {"C.tile_cols": 24, "C.tile_rows": 2, "C.unroll_k": 4, "C.pack": False,
+              "C.pack_rows": True, "C.order": "ji"}
+
+    def make():
+        return tune_auto.auto_candidate(outs, "llvm", config), tune_auto.build_args(outs)
+    real = astbox._part
+    seen = []
+
+    def spy(bm, width, pos, c0):
+        out = real(bm, width, pos, c0)
+        seen.append(out[0] is not bm)
+        return out
+    monkeypatch.setattr(astbox, "_part", spy)
+    on, off, widths = _both(monkeypatch, make)
+    assert any(seen)                           # a piece needed its equalities made explicit
+    assert on == off
+    assert widths and all(new <= 9 for _width, new in widths), widths
+    a, b = rand(rng, (64, 64)), rand(rng, (64, 64))
+    ref = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    s, args = make()
+    check_kernel(s, args, [a, b], [ref], rtol=1e-4, atol=1e-4)

@@ -98,7 +98,7 @@ def collapse(maps, width, positions):
             c0 -= 1
         if c0 == width:
             return maps, width, {}
-        parts = [(bm, *_depth(bm, width, pos, c0)) for bm in m.get_basic_maps()]
+        parts = [_part(bm, width, pos, c0) for bm in m.get_basic_maps()]
         c = max((p[1] for p in parts), default=width)
         if c >= width:
             return maps, width, {}
@@ -141,6 +141,26 @@ def collapse(maps, width, positions):
         out[name] = mm
         boxes[name] = Box(tuple(variants))
     return out, new_width, boxes
+
+
+def _part(bm, width, pos, c0):
+    """``(bm, c, bounds)`` of :func:`_depth`, or of ``bm`` with its implicit equalities
+    made explicit where that reaches a shallower box (a partial tile's outer dimension
+    fixed by the bounds of its inner ones: ``L1 >= 2 and 0 <= L15 <= 63 - 24L1`` is
+    ``L1 = 2 and 0 <= L15 <= 15``)."""
+    c, bounds = _depth(bm, width, pos, c0)
+    if c > c0:
+        n = _equalities(bm)         # before: isl may make them explicit in ``bm`` itself
+        bm2 = bm.detect_equalities()
+        if _equalities(bm2) > n:
+            c2, bounds2 = _depth(bm2, width, pos, c0)
+            if c2 < c:
+                return bm2, c2, bounds2
+    return bm, c, bounds
+
+
+def _equalities(bm):
+    return bm.equalities_matrix(_PAR, _IN, _OUT, _DIV, isl.dim_type.cst).rows()
 
 
 def _box_loops(bounds, pos, c, width):
