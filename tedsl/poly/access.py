@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..ir import expr as E
-from .convert import NotAffine, aff, constraint
+from .convert import NotAffine, aff, constraint, function_map
 from .program import isl_value
 
 
@@ -130,11 +130,12 @@ def access_map(acc, program, tnames, instance=()):
                 cons.append(f"0 <= o{d} < {aff(sh, names, set())}")
             except NotAffine:
                 cons.append(f"0 <= o{d}")
-    text = (f"{program.params_text()} -> {{ {s.tuple_text(names)} -> {tn}[{idx}] : "
-            f"{' and '.join(cons) or '1 = 1'} }}")
+    text = (f"{program.params_text()} -> {{ {s.tuple_text(names)} -> {tn}[{idx}]"
+            f"{' : ' + ' and '.join(cons) if cons else ''} }}")
     dom = s.domain_set(program)
+    read = isl.Map if cons else function_map
     return isl_value(("access", text, s.domain_key(program)),
-                     lambda: isl.Map(text).intersect_domain(dom))
+                     lambda: read(text).intersect_domain(dom))
 
 
 def private_loops(program, resolve=None):

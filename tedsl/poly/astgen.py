@@ -79,7 +79,7 @@ from ..ir import expr as E
 from ..ir.functor import substitute
 from ..schedule.relations import Fuse, Split
 from . import astbox
-from .convert import NotAffine, aff
+from .convert import NotAffine, aff, function_map
 
 _T = isl.ast_expr_op_type
 _OPS = {
@@ -928,7 +928,7 @@ def _leaf_space(program, s, width):
     tup = f"{s.name}_L"
     to_inst = isl.Map(f"{params} -> {{ {tup}[{lt}] -> {s.name}[{', '.join(texts)}] : "
                       f"{' and '.join(cons)} }}")
-    sched = isl.Map(f"{params} -> {{ {tup}[{lt}] -> [{', '.join(vec)}] }}")
+    sched = function_map(f"{params} -> {{ {tup}[{lt}] -> [{', '.join(vec)}] }}")
     return lvars, values, to_inst, sched
 
 

@@ -22,6 +22,7 @@ from ..ir import expr as E
 from ..te.operation import ExternOp
 from .access import TensorNames, statement_accesses
 from .astgen import AstConverter
+from .convert import function_map
 
 
 @dataclass(eq=False)
@@ -272,8 +273,8 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     reader_o = {}
     for s, accs in readers:
         loops = [e[1] for e in s.sched[:pos + 1] if not isinstance(e, int)]
-        pm = isl.Map(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
-                     f"[{', '.join(loops)}] }}").intersect_domain(s.domain_set(program))
+        pm = function_map(f"{program.params_text()} -> {{ {s.tuple_text(names)} -> "
+                          f"[{', '.join(loops)}] }}").intersect_domain(s.domain_set(program))
         # the loop values above the attach point as functions of the reader's iterators
         # (isl emits no loop for a dimension with one value, so they cannot be looked up)
         reader_o[s.name] = [

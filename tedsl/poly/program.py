@@ -24,7 +24,7 @@ from ..ir.functor import substitute, transform
 from ..schedule.relations import Fuse, Split
 from ..te.operation import ExternOp
 from ..te.tensor import ComputeOp, PlaceholderOp, ScanOp
-from .convert import IslNames, NotAffine, aff, conjuncts, constraint
+from .convert import IslNames, NotAffine, aff, conjuncts, constraint, function_map
 
 
 @dataclass(eq=False)
@@ -74,7 +74,7 @@ class Statement:
                 f"{{ {self.tuple_text(program.names)} -> [{', '.join(vec)}] }}")
         dom = self.domain_set(program)
         return isl_value(("map", text, self.domain_key(program)),
-                         lambda: isl.Map(text).intersect_domain(dom))
+                         lambda: function_map(text).intersect_domain(dom))
 
 
 _ISL = OrderedDict()     # (kind, texts) -> isl object, least recent first
