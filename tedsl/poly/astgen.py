@@ -1096,12 +1096,87 @@ def _compress(smap, width, program, shifts):
              if not isinstance(x, int) and len(x) <= 2 and x[0] in shifts}
     keep = [d for d in range(width) if d in moved or any(
         not isinstance(s.entry(d), int) or s.entry(d) != 0 for s in program.statements)]
-    if len(keep) == width:
-        return smap, keep
     keep = keep or [0]
+    if len(keep) < width:
+        smap = _project(smap, width, keep)
+    copies = _copies(smap, len(keep))
+    if copies:
+        left = [k for k in range(len(keep)) if k not in copies]
+        smap = _project(smap, len(keep), left)
+        keep = [keep[k] for k in left]
+    return smap, keep
+
+
+def _project(smap, width, dims):
     src = ", ".join(f"t{d}" for d in range(width))
-    dst = ", ".join(f"t{d}" for d in keep)
-    return smap.apply_range(isl.UnionMap(f"{{ [{src}] -> [{dst}] }}")), keep
+    dst = ", ".join(f"t{d}" for d in dims)
+    return smap.apply_range(isl.UnionMap(f"{{ [{src}] -> [{dst}] }}"))
+
+
+# isl's operation budget for :func:`_copies` (the ranges of the pieces and their affine hulls)
+COPY_OPERATIONS = 200_000
+
+
+def _copies(smap, width):
+    """The dimensions of ``smap`` that never decide the order of two instances, to leave
+    out of isl's AST generation: in every piece, a copy of an earlier dimension or a
+    constant (read off the affine hull of its schedule points), the same for any two pieces
+    that can agree on every dimension before it.  Two instances that agree on the
+    dimensions before such a dimension agree on it too, so the dimensions left order them
+    alike; isl gives no loop to a dimension of one value anyway.  They are a stage's loops
+    computed at a tile of the same size (the register tile's outer loops, equal to the
+    tile's: 2 of a GEMM candidate's 7 or 8 dimensions).  Empty where a piece's hull takes
+    more than a budget of isl operations."""
+    if width < 2:
+        return set()
+    S = isl.dim_type.set
+    desc = []
+    ctx = smap.get_ctx()
+    ctx.reset_operations()
+    ctx.set_max_operations(COPY_OPERATIONS)
+
+    def piece(m):
+        hull = m.range().affine_hull()
+        n_div, n_par = hull.dim(isl.dim_type.div), hull.dim(isl.dim_type.param)
+        d = [None] * width
+        for con in hull.get_constraints():
+            if not con.is_equality() or \
+                    n_div and con.involves_dims(isl.dim_type.div, 0, n_div) or \
+                    n_par and con.involves_dims(isl.dim_type.param, 0, n_par):
+                continue
+            dims = [k for k in range(width) if con.involves_dims(S, k, 1)]
+            k = con.get_constant_val().to_python()
+            if len(dims) == 1:
+                a = con.get_coefficient_val(S, dims[0]).to_python()
+                if isinstance(k, int) and isinstance(a, int) and a and k % a == 0:
+                    d[dims[0]] = ("c", -k // a)
+            elif len(dims) == 2 and k == 0:
+                q, p = dims
+                a = con.get_coefficient_val(S, p).to_python()
+                b = con.get_coefficient_val(S, q).to_python()
+                if abs(a) == 1 and a + b == 0 and d[p] is None:
+                    d[p] = ("eq", q)
+        desc.append(d)
+    try:
+        smap.foreach_map(piece)
+    except isl.Error:
+        return set()
+    finally:
+        ctx.set_max_operations(0)
+    out = set()
+    for p in range(1, width):
+        if any(d[p] is None for d in desc):
+            continue
+        if all(d[p] == e[p] or _apart_before(d, e, p)
+               for i, d in enumerate(desc) for e in desc[i + 1:]):
+            out.add(p)
+    return out
+
+
+def _apart_before(d, e, p):
+    """Whether two pieces' constants differ at some dimension before ``p``."""
+    return any(x is not None and y is not None and x[0] == y[0] == "c" and x != y
+               for x, y in zip(d[:p], e[:p]))
 
 
 def _inside_parallel_loops(tree, program, width):
