@@ -105,9 +105,10 @@ def collapse(maps, width, positions):
         found[name] = (c, parts, pos)
     ranges = {name: m.range() for name, m in maps.items()}
     fixed = {name: [_fixed(r, d) for d in range(width)] for name, r in ranges.items()}
+    prefixes = {}
     depth = {}
     for name, (c, parts, pos) in found.items():
-        while c < width and not (_prefix_alone(name, c, ranges, fixed) and
+        while c < width and not (_prefix_alone(name, c, ranges, fixed, prefixes) and
                                  _variants_apart(parts, pos, c, width)):
             c += 1
         if c == width:
@@ -189,7 +190,6 @@ def _depth(bm, width, pos, c0):
     on (``width`` when none is)."""
     n_in, n_par, n_div = bm.dim(_IN), bm.dim(_PAR), bm.dim(_DIV)
     group_of_in = {j: d for d, j in enumerate(pos) if d >= c0 and j is not None and j >= 0}
-    inner_ins = sorted(group_of_in)
     need = c0
     lo, hi, linked = {}, {}, set()
     for con in bm.get_constraints():
@@ -197,15 +197,16 @@ def _depth(bm, width, pos, c0):
             # an existential variable's definition may hide any dimension (isl does not
             # give the definitions of a map's): no box
             return width, {}
-        outs = [d for d in range(c0, width) if con.involves_dims(_OUT, d, 1)]
-        ins = [j for j in inner_ins if con.involves_dims(_IN, j, 1)]
+        outs = _involved(con, _OUT, c0, width - c0)
+        all_ins = _involved(con, _IN, 0, n_in)
+        ins = [j for j in all_ins if j in group_of_in]
         if not outs and not ins:
             continue                         # a constraint of the outer part
         groups = set(outs) | {group_of_in[j] for j in ins}
         alone = len(groups) == 1 and not (
             c0 and con.involves_dims(_OUT, 0, c0) or
             n_par and con.involves_dims(_PAR, 0, n_par) or
-            any(con.involves_dims(_IN, j, 1) for j in range(n_in) if j not in group_of_in))
+            len(ins) < len(all_ins))
         if alone:
             (d,) = groups
             if _bound(con, d, outs, ins, lo, hi, linked):
@@ -219,6 +220,17 @@ def _depth(bm, width, pos, c0):
             break
         bounds[d] = b
     return need, {d: b for d, b in bounds.items() if d >= need}
+
+
+def _involved(con, kind, first, n):
+    """The dimensions of ``kind`` in ``first .. first + n - 1`` that ``con`` involves (by
+    halves: a constraint involves one or two of a dozen dimensions)."""
+    if n <= 0 or not con.involves_dims(kind, first, n):
+        return []
+    if n == 1:
+        return [first]
+    h = n // 2
+    return _involved(con, kind, first, h) + _involved(con, kind, first + h, n - h)
 
 
 def _bound(con, d, outs, ins, lo, hi, linked):
@@ -290,22 +302,26 @@ def _fixed(rng, d):
     return v.to_python() if v.is_int() else None
 
 
-def _prefix_alone(name, c, ranges, fixed):
-    """Whether no other piece has a point whose first ``c`` dimensions are one of ``name``'s."""
+def _prefix_alone(name, c, ranges, fixed, prefixes):
+    """Whether no other piece has a point whose first ``c`` dimensions are one of ``name``'s
+    (``prefixes``: a memo of the pieces' ranges cut to their first dimensions)."""
     mine = fixed[name][:c]
-    pre = None
-    for other, r in ranges.items():
+    for other in ranges:
         if other == name:
             continue
         if any(a is not None and b is not None and a != b
                for a, b in zip(mine, fixed[other][:c])):
             continue
-        if pre is None:
-            pre = _prefix(ranges[name], c)
-        if not pre.is_disjoint(_prefix(r, c)):
+        if not _prefix(name, c, ranges, prefixes).is_disjoint(
+                _prefix(other, c, ranges, prefixes)):
             return False
     return True
 
 
-def _prefix(rng, c):
-    return rng.project_out(isl.dim_type.set, c, rng.dim(isl.dim_type.set) - c)
+def _prefix(name, c, ranges, prefixes):
+    p = prefixes.get((name, c))
+    if p is None:
+        rng = ranges[name]
+        p = prefixes[name, c] = rng.project_out(isl.dim_type.set, c,
+                                                rng.dim(isl.dim_type.set) - c)
+    return p

@@ -478,6 +478,8 @@ def _loop_cuts(program, width):
             continue
         rng = s.schedule_map(program, width).range()
         for d in dims:
+            if _constant_range(rng, d):
+                continue                     # one trip count everywhere: nothing to cut
             ctx = rng.get_ctx()
             ctx.reset_operations()
             ctx.set_max_operations(CUT_OPERATIONS)
@@ -522,6 +524,43 @@ def _loop_cuts(program, width):
                     cuts[iv] = one if iv not in cuts else cuts[iv].intersect(one)
                     break
     return cuts
+
+
+def _constant_range(rng, d):
+    """Whether dimension ``d`` of the set ``rng`` runs over the same constant range in every
+    basic set (its constraints there involve no other dimension, size or division): read
+    off the constraints, where isl's first and last values of it cost a lexmin and a
+    lexmax over all the dimensions before it (a register tile's unrolled loops)."""
+    S = isl.dim_type.set
+    seen = None
+    for bs in rng.get_basic_sets():
+        n, n_par, n_div = bs.dim(S), bs.dim(isl.dim_type.param), bs.dim(isl.dim_type.div)
+        lo = hi = None
+        for con in bs.get_constraints():
+            if not con.involves_dims(S, d, 1):
+                continue
+            if con.involves_dims(S, 0, d) or con.involves_dims(S, d + 1, n - d - 1) or \
+                    n_par and con.involves_dims(isl.dim_type.param, 0, n_par) or \
+                    n_div and con.involves_dims(isl.dim_type.div, 0, n_div):
+                return False
+            a = con.get_coefficient_val(S, d).to_python()
+            k = con.get_constant_val().to_python()
+            if not isinstance(a, int) or not isinstance(k, int):
+                return False
+            if con.is_equality():
+                if k % a:
+                    return False
+                lo = hi = -k // a
+            elif a > 0:                                  # a x + k >= 0
+                v = -(k // a)
+                lo = v if lo is None else max(lo, v)
+            else:
+                v = k // -a
+                hi = v if hi is None else min(hi, v)
+        if lo is None or hi is None or seen not in (None, (lo, hi)):
+            return False
+        seen = (lo, hi)
+    return seen is not None
 
 
 def _trip_bounds(rng, d, width):
