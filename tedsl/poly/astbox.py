@@ -19,7 +19,10 @@ constraints of each basic map of the piece (never assumed from how the schedule 
   iterators (each its own), with no split shifted inwards or fuse part there;
 * every constraint of the basic map that involves those dimensions or iterators bounds a
   single one of them by a constant, or equates a dimension with its iterator: the basic map
-  is exactly its outer part times a box of constant bounds;
+  is exactly its outer part times a box of constant bounds (read off the constraints as
+  isl gives them, or where they reach no box as deep, off the basic map with its implicit
+  equalities made explicit: a partial tile ``L1 >= 2 and L15 <= 63 - 24L1`` whose bounds
+  fix ``L1 = 2`` is a box of 16 below it);
 * no other piece has a point whose first ``c`` dimensions are one of this piece's (so the
   order of the instances is decided by those dimensions alone, as before, and the box's
   instances run in its lexicographic order, as before).
