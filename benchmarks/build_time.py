@@ -403,21 +403,20 @@ SEARCHES = {"gemm 64^3": lambda: _gemm(64), "gemm 128^3": lambda: _gemm(128)}
 def search_throughput(trials):
     """``tune.auto`` on small kernels: candidates per minute, worker CPU per candidate."""
     from common import machine_description, markdown_table, write_results
+    from tune_throughput import children_cpu      # the workers are forks of a zygote
     from tedsl import tune
     rows = []
     for name, make in SEARCHES.items():
         outs = make()
-        before = os.times()
+        before = children_cpu()
         with tempfile.TemporaryDirectory(prefix="tedsl-search-") as d:
             s = tune.auto(outs, trials=trials, progress=False,
                           records=os.path.join(d, "records.json"))
             for rec in tune.load(os.path.join(d, "records.json")):
                 if not rec.valid:
                     print(f"{name}: {rec.config} failed: {rec.error[:300]}")
-        after = os.times()
         r = s.tune_result
-        cpu = (after.children_user + after.children_system - before.children_user -
-               before.children_system)
+        cpu = children_cpu() - before
         rows.append([name, str(r["trials"]), str(r["failed"]), f"{r['elapsed']:.1f}",
                      f"{60 * r['trials'] / r['elapsed']:.0f}",
                      f"{1e3 * cpu / max(1, r['trials']):.0f}", f"{r['seconds'] * 1e6:.1f}"])
@@ -429,9 +428,11 @@ def search_throughput(trials):
     print(f"tune.auto throughput; {machine}")
     print(table)
     note = (f"`tune.auto(outs, trials={trials})` with its defaults (a builder per core, paused "
-            f"while a candidate is timed; one measuring process), wall time from the start of the worker processes; "
-            f"worker CPU: user + system time of the builder and measuring processes (their "
-            f"start-up included) per candidate. Machine: {machine}.")
+            f"while a candidate is timed; one measuring process), wall time from the start of "
+            f"the worker processes; worker CPU: user + system time of the builder and "
+            f"measuring processes (their start-up included; they are forks of one process "
+            f"kept for later searches) per candidate. `benchmarks/tune_throughput.py` splits "
+            f"it into phases. Machine: {machine}.")
     write_results("build_time_search", "## Search throughput (tune.auto)\n\n" + table +
                   "\n\n" + note)
     return 0

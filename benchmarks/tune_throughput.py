@@ -146,7 +146,18 @@ FINDINGS = (
     "cannot decide, a symbolic partial tile lost its guard, and an rfactor row sweep at odd "
     "sizes lost its constant trip counts). LLVM's time follows "
     "the code's size: a 177-line module took 22 ms in the O3 optimizer and 16 ms in code "
-    "generation, eleven candidates compiled as one module as long as apart.")
+    "generation, eleven candidates compiled as one module as long as apart. Then: a partial "
+    "tile whose outer loop its bounds fix is a box too (one candidate's isl AST 35 -> 17 "
+    "ms), dimensions that repeat an earlier one are left out of isl's call (7 or 8 -> 5 or "
+    "6), schedules are read as functions, and the box and cut analyses cost less: the 40 "
+    "candidates' lower 105 -> 87 ms (medians of 6 runs interleaved with the previous "
+    "version on a busy host); the zygote imports and initialises what a builder's first "
+    "candidate needed (60-70 ms): interleaved searches 8.1 / 7.9 -> 8.3 / 8.2 candidates/s "
+    "for the matmul, 8.7 / 8.1 -> 10.1 / 10.0 for the softmax (8 candidates, so the first "
+    "ones weigh). LLVM (75-90 ms, O3; O2 and the code generator's options compiled no "
+    "faster) is now the larger half of a matmul candidate, and the host ran about 10 % "
+    "slower than in the previous round's measurements (the previous version 8.0 against "
+    "9.0).")
 
 
 def search_once(make, extra, trials):
