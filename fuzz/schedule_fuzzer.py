@@ -644,7 +644,7 @@ def make_kernel(seed, case):
 PRIMS = [("split", 14), ("split_nparts", 4), ("tile", 6), ("fuse", 8), ("reorder", 7),
          ("unroll", 4), ("vectorize", 7), ("parallel", 9), ("compute_at", 12),
          ("compute_inline", 6), ("compute_root", 2), ("cache_read", 5), ("cache_write", 4),
-         ("rfactor", 4), ("storage_align", 2), ("pragma", 2)]
+         ("rfactor", 4), ("storage_align", 2), ("pragma", 2), ("compute_with", 4)]
 FACTORS = [1, 2, 3, 4, 5, 7, 8, 16, 32]
 NPARTS = [1, 2, 3, 4, 7]
 
@@ -866,6 +866,20 @@ class SchedGen:
         if lp is None:
             return None
         return ("compute_at", f"{S}.compute_at(s[{self.stage_var(tgt)}], {lp})", [], [])
+
+    def p_compute_with(self):
+        rng = self.rng
+        st, S = self._stage()
+        if st is None:
+            return None
+        others = [o for o in self.stages() if o is not st]
+        if not others:
+            return None
+        tgt = rng.choice(others)
+        lp = self.pick_loop(tgt, "outer" if rng.random() < 0.5 else "any")
+        if lp is None:
+            return None
+        return ("compute_with", f"{S}.compute_with(s[{self.stage_var(tgt)}], {lp})", [], [])
 
     def p_compute_inline(self):
         st, S = self._stage(inner_p=0.85)

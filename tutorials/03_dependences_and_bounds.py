@@ -11,7 +11,9 @@ loop bound and buffer size with isl instead of interval arithmetic.  This lesson
    way to get the same parallelism with ``rfactor``;
 3. exact bounds: a split whose factor does not divide the extent, a triangular reduction,
    and the region of a padded input computed per tile of a 3 × 3 stencil, compared with an
-   interval hull.
+   interval hull;
+4. ``compute_with``: two reductions of one matrix in one pass over it, and a fusion the
+   dependences refuse.
 
 Every kernel is built and checked against numpy; the stencil's rows of tiles run in parallel.  Everything here is small and fast; run it
 with ``python tutorials/03_dependences_and_bounds.py``.
@@ -268,3 +270,56 @@ s[P].compute_at(s[O], xo)
 print(te.lower(s, [I, O]))
 img = rng.random((H, W), dtype=np.float32)
 check(s, [I, O], [img], box_reference(img), "box_30x30")
+
+# %%
+# One pass for two stages: compute_with
+# -------------------------------------
+# bicg computes ``s = A^T r`` (a sum down the columns) and ``q = A p`` (a sum along the rows).
+# Scheduled apart, each reads the whole matrix; when it does not fit in cache it comes from
+# memory twice.  ``s[q].compute_with(s[s.rf], ib)`` runs ``q``'s first loops as the loops of
+# ``s.rf`` down to ``ib`` (position by position, over the union of their ranges) and, inside
+# ``ib``, ``q``'s body after ``s.rf``'s: each block of 8 rows is read for both sums while it
+# is in cache.  The column sums' rows are split between two threads by ``rfactor``; the
+# fused loops run as ``s.rf``'s, so the parallel loop is annotated there.
+n, m = 100, 37
+A = te.placeholder((n, m), name="A")
+p = te.placeholder((m,), name="p")
+r = te.placeholder((n,), name="r")
+i = te.reduce_axis((0, n), name="i")
+S = te.compute((m,), lambda j: te.sum(r[i] * A[i, j], axis=i), name="s")
+j = te.reduce_axis((0, m), name="j")
+Q = te.compute((n,), lambda ii: te.sum(A[ii, j] * p[j], axis=j), name="q")
+
+s = te.create_schedule([S, Q])
+io, _ = s[S].split(S.op.reduce_axis[0], nparts=2)
+S_rf = s.rfactor(S, io)
+lead, col, red = S_rf.op.axis[0], S_rf.op.axis[1], S_rf.op.reduce_axis[0]
+ib, ii = s[S_rf].split(red, factor=8)
+s[S_rf].reorder(lead, ib, ii, col)
+qo, qr = s[Q].split(Q.op.axis[0], nparts=2)
+qb, qi = s[Q].split(qr, factor=8)
+s[Q].compute_with(s[S_rf], ib)
+s[S_rf].parallel(lead)
+print(te.lower(s, [A, p, r, S, Q]))
+
+f = te.build(s, [A, p, r, S, Q], name="bicg")
+a = rng.random((n, m), dtype=np.float32)
+pv, rv = rng.random(m, dtype=np.float32), rng.random(n, dtype=np.float32)
+s_out, q_out = np.full(m, np.nan, np.float32), np.full(n, np.nan, np.float32)
+f(a, pv, rv, s_out, q_out)
+np.testing.assert_allclose(s_out, rv.astype(np.float64) @ a, rtol=1e-5)
+np.testing.assert_allclose(q_out, a.astype(np.float64) @ pv, rtol=1e-5)
+print("bicg in one pass: matches numpy")
+
+# %%
+# The fused order is checked against the dependences of the program as written.  Here ``B``
+# reads the next row of ``C``: run in ``C``'s row loop, row ``i`` of ``B`` would read row
+# ``i + 1`` of ``C`` before it is computed.  tedsl refuses and shows a pair of instances.
+X = te.placeholder((16, 16), name="X")
+C = te.compute((16, 16), lambda i, j: X[i, j] * 2, name="C")
+B = te.compute((16, 16), lambda i, j: C[(i + 1) % 16, j] + 1, name="B")
+s = te.create_schedule([C, B])
+try:
+    s[B].compute_with(s[C], C.op.axis[0])
+except te.ScheduleError as e:
+    print("refused:", e)

@@ -277,6 +277,7 @@ def check_schedule(program):
                 continue        # a cross-thread reduction (blocks cannot combine partials)
             annotated.append((st, iv, attr))
     from .deps import Analysis
+    check_fused_order(program)
     an = Analysis(program)
     check_bounds(an)
     for st, iv, attr in annotated:
@@ -407,5 +408,49 @@ def check_order(an):
             f"the root (s[{src.op.outputs[0].name}].compute_root()).", [d], [bad])
 
 
+def check_fused_order(program):
+    """``compute_with``: every dependence of the program as the definition orders it (each
+    fused stage in its own nest, ``program.unfused``) must still go forward in the fused
+    nest; the first that would not is refused."""
+    if not program.fused:
+        return
+    from .deps import Analysis
+    from .fusewith import call_text
+    moved = [s for s in program.statements if s.name in program.unfused]
+    fused = {s.name: s.sched for s in moved}
+    for s in moved:
+        s.sched = program.unfused[s.name]
+    try:
+        deps = Analysis(program).dependences()
+    finally:
+        for s in moved:
+            s.sched = fused[s.name]
+    width = program.sched_width()
+    for d in deps:
+        if d.is_reduction or (d.source.name not in fused and d.sink.name not in fused):
+            continue        # neither moved: their order is the one they had
+        # the pairs whose source does not run strictly before the sink in the fused nest
+        lt = d.source.schedule_map(program, width).lex_lt_map(
+            d.sink.schedule_map(program, width))
+        bad = d.relation.subtract(lt)
+        if bad.is_empty():
+            continue
+        wit = d.witness(bad)
+        st = program.fused.get(d.sink.name) or program.fused.get(d.source.name)
+        src, dst = d.source.stage, d.sink.stage
+        raise DependenceError(
+            f"{call_text(st)}: in the fused loops {dst.name} would no longer run after the "
+            f"{src.name} it depends on: {d.kind} on {d.tensor}" +
+            (f"; e.g. {wit}" if wit else "") +
+            f".\nFix: fuse fewer loops, or leave {st.name} in its own loop nest "
+            f"(s[{st.op.outputs[0].name}].compute_root()).", [d], [bad])
+
+
+def check_with(schedule, stage, what):
+    """At ``compute_with``: the fused program can be built and keeps every dependence."""
+    from .program import build_program
+    check_fused_order(build_program(schedule, pending="root"))
+
+
 _sched.HOOKS.update(check_loop_kind=check_loop_kind, check_attach=check_attach,
-                    legal_attach_points=legal_attach_points)
+                    legal_attach_points=legal_attach_points, check_with=check_with)

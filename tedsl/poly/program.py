@@ -108,6 +108,8 @@ class Program:
         self.names = names
         self.size_vars = size_vars
         self.by_name = {s.name: s for s in statements}
+        self.unfused = {}        # compute_with: statement name -> its schedule unfused
+        self.fused = {}          # ... -> the stage given compute_with it moved with
 
     def params_text(self):
         return "[" + ", ".join(self.names.params) + "]"
@@ -430,6 +432,7 @@ def _build(schedule, as_root):
 
     def attached_here(st):
         return st.attach_type == "scope" and id(st) not in as_root
+    root_of = {}
     for st in schedule.stages:
         if isinstance(st.op, PlaceholderOp) or st.attach_type == "inline" or id(st.op) in owned:
             continue
@@ -437,6 +440,7 @@ def _build(schedule, as_root):
             continue
         if isinstance(st.op, ComputeOp):
             stmts += stage_statements(st, [root], names, schedule, counter)
+            root_of[id(st)] = root
             root += 1
         elif isinstance(st.op, ScanOp):
             from .scan import scan_statements
@@ -463,4 +467,7 @@ def _build(schedule, as_root):
             prog.statements = prog.statements + new
             prog.by_name.update({x.name: x for x in new})
             prog.footprints[st] = fp
+    if any(st.with_stage is not None for st in schedule.stages):
+        from .fusewith import fuse_with
+        fuse_with(prog, schedule, root_of)
     return prog

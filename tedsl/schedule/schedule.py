@@ -60,6 +60,8 @@ class Stage:
         self.attach_type = "root"
         self.attach_stage = None
         self.attach_ivar = None
+        self.with_stage = None       # compute_with: the stage whose loops this one shares
+        self.with_ivar = None        # ... down to this loop of it
         self.scope = "global"
         self.align_factors = {}      # dimension -> (factor, offset) from storage_align
         self.is_output = False
@@ -375,6 +377,14 @@ class Stage:
                 "runs one way; split it and annotate each part (e.g. parallel outer, "
                 "vectorize inner), or annotate another loop")
         self.attrs[iv] = IterAttr(kind, thread_tag, old.pragmas)
+        # a loop that compute_with shares: the fused nest must still hold it
+        for st in self.schedule.stages:
+            if st.with_stage is self or st is self and st.with_stage is not None:
+                try:
+                    self.schedule._check_with(st, what)
+                except Exception:
+                    self.attrs[iv] = old
+                    raise
 
     def _annotate_checked(self, iv, kind, what, thread_tag=""):
         """Annotate, then check against the dependences; a refused annotation is undone."""
@@ -485,6 +495,7 @@ class Stage:
                 "loops, or keep it as a stage (compute_at / compute_root)")
         self.attach_type = "inline"
         self.attach_stage = self.attach_ivar = None
+        self.with_stage = self.with_ivar = None
 
     @recorded
     def compute_root(self):
@@ -492,18 +503,24 @@ class Stage:
         self._check_compute("compute_root()")
         self.attach_type = "root"
         self.attach_stage = self.attach_ivar = None
+        self.with_stage = self.with_ivar = None
 
-    @recorded
-    def compute_at(self, parent, iv):
-        """Compute this stage inside ``parent``'s loop ``iv``, the region needed there only."""
-        what = f"compute_at(s[{getattr(parent, 'name', parent)}], {getattr(iv, 'name', iv)})"
+    def _partner(self, parent, what, how):
+        """The stage ``parent`` names (a stage or a tensor) for ``compute_at`` / ``with``."""
         self._check_compute(what)
         if isinstance(parent, Tensor):
             parent = self.schedule[parent]
         if not isinstance(parent, Stage):
             raise AttachError(f"{what} on stage {self.name}: expected a stage, e.g. s[C]")
         if parent is self:
-            raise AttachError(f"{what} on stage {self.name}: a stage cannot be attached to itself")
+            raise AttachError(f"{what} on stage {self.name}: a stage cannot be {how} itself")
+        return parent
+
+    @recorded
+    def compute_at(self, parent, iv):
+        """Compute this stage inside ``parent``'s loop ``iv``, the region needed there only."""
+        what = f"compute_at(s[{getattr(parent, 'name', parent)}], {getattr(iv, 'name', iv)})"
+        parent = self._partner(parent, what, "attached to")
         if not isinstance(iv, E.IterVar) or iv not in parent.leaf_iter_vars:
             legal = self.schedule._legal_attach_points(self)
             raise AttachError(
@@ -514,6 +531,48 @@ class Stage:
         self.attach_type = "scope"
         self.attach_stage = parent
         self.attach_ivar = iv
+        self.with_stage = self.with_ivar = None
+
+    @recorded
+    def compute_with(self, parent, iv):
+        """Run this stage's outer loops as ``parent``'s, down to ``parent``'s loop ``iv``
+        (TVM's and Halide's ``compute_with``): its first loops and ``parent``'s loops down to
+        ``iv``, position by position, become one loop nest (over the union of their ranges),
+        and in the innermost of them this stage's body runs after ``parent``'s.  Two stages that
+        read the same data then read it in one pass.  Both stay at the root (their buffers
+        whole); the fused loops run as ``parent``'s (parallel, unrolled...), so they are
+        annotated on ``parent``.  The new order is checked against every dependence."""
+        what = f"compute_with(s[{getattr(parent, 'name', parent)}], {getattr(iv, 'name', iv)})"
+        parent = self._partner(parent, what, "fused with")
+        parent._check_compute(what)
+        if not isinstance(self.op, ComputeOp) or not isinstance(parent.op, ComputeOp):
+            raise AttachError(f"{what} on stage {self.name}: both stages must be te.compute "
+                              "stages")
+        if not isinstance(iv, E.IterVar) or iv not in parent.leaf_iter_vars:
+            raise AttachError(
+                f"{what} on stage {self.name}: {getattr(iv, 'name', iv)} is not a loop of "
+                f"{parent.name}; its loops are: "
+                f"{', '.join(v.name for v in parent.leaf_iter_vars)}")
+        if parent.attach_type != "root" or parent.with_stage is not None:
+            where = ("fused with " + parent.with_stage.name if parent.with_stage is not None
+                     else "inline" if parent.attach_type == "inline"
+                     else f"inside loop {parent.attach_ivar.name} of {parent.attach_stage.name}")
+            raise AttachError(f"{what} on stage {self.name}: {parent.name} is computed {where}; "
+                              "compute_with fuses two stages at the root")
+        if any(st.with_stage is self for st in self.schedule.stages):
+            raise AttachError(f"{what} on stage {self.name}: another stage is fused with "
+                              f"{self.name}; fuse every stage with the same one")
+        old = (self.attach_type, self.attach_stage, self.attach_ivar, self.with_stage,
+               self.with_ivar)
+        self.attach_type = "root"
+        self.attach_stage = self.attach_ivar = None
+        self.with_stage, self.with_ivar = parent, iv
+        try:
+            self.schedule._check_with(self, what)
+        except Exception:
+            (self.attach_type, self.attach_stage, self.attach_ivar, self.with_stage,
+             self.with_ivar) = old
+            raise
 
     @recorded
     def set_scope(self, scope):
@@ -636,6 +695,11 @@ class Schedule:
         hook = HOOKS.get("check_attach")
         if hook is not None:
             hook(self, stage, parent, iv, what)
+
+    def _check_with(self, stage, what):
+        hook = HOOKS.get("check_with")
+        if hook is not None:
+            hook(self, stage, what)
 
     def _legal_attach_points(self, stage):
         hook = HOOKS.get("legal_attach_points")
