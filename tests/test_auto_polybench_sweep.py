@@ -1,7 +1,9 @@
 """auto_schedule's fused sweep (tedsl/auto/sweep.py): a column reduction that reads a row
 reduction of the same matrix (atax, ``y = A^T (A x)``) computes the row reduction per block
 of rows inside its own row loop, the rows split among the threads by rfactor, so the matrix
-is read from memory once."""
+is read from memory once; a row reduction of the same matrix that it does not read (bicg's
+``q = A p`` beside ``s = A^T r``) runs its blocks of rows in the same loops
+(``compute_with``)."""
 import os
 import re
 import sys
@@ -24,6 +26,10 @@ L2 = machine.machine(parse("llvm")).l2
 
 def atax(m, n):
     return pk.atax(m, n, np.random.default_rng(SEED))
+
+
+def bicg(n, m):
+    return pk.bicg(n, m, np.random.default_rng(SEED))
 
 
 def check(c, target, params):
@@ -102,6 +108,33 @@ def test_column_sweep_takes_up_to_a_third_of_l1_per_run():
     most = m.l1 // rules.SWEEP_L1 // 4
     blocks = -(-2050 // most)
     width = -(-(-(-2050 // blocks)) // lanes) * lanes
-    text = check(c, "llvm -num-threads=1", None)
+    text = check(c, "llvm -num-threads=1", {"s.fuse_rows": False})
     # (48 KB of L1: the whole row of 2050 accumulators, 8200 bytes, in one run)
     assert f"s.local = allocate(float32[{min(width, 2050)}]" in text, text
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("sizes", [(37, 45), (301, 517), (9, 70), (130, 1000)])
+def test_one_pass_bicg_odd_sizes_match_numpy(sizes, threads):
+    check(bicg(*sizes), f"llvm -num-threads={threads}", {"s.fuse_rows": True})
+
+
+def test_bicg_row_sums_run_in_the_column_sweeps_row_blocks():
+    c = bicg(301, 517)
+    s = te.auto_schedule(c.outs, "llvm -num-threads=2", params={"s.fuse_rows": True})
+    assert [st.prim for st in s.trace.steps].count("compute_with") == 1
+    text = check(c, "llvm -num-threads=2", {"s.fuse_rows": True})
+    # one parallel nest: each thread's rows of A read once, for both sums
+    assert text.count("parallel(") == 1, text
+    par = text.index("in parallel(0, 2)")
+    assert "s.rf = allocate(float32[2, 517]" in text
+    block = re.search(r"q\.rf = allocate\(float32\[8, 8\]", text)
+    assert block and block.start() > par, text
+    assert text.index("q[") > par, text
+
+
+def test_bicg_fused_when_the_matrix_does_not_fit_in_l2():
+    n = 64
+    m = max(64, 2 * L2 // (4 * n))
+    assert sketch_space(bicg(m, n).outs)["s.fuse_rows"] == [True, False]
+    assert sketch_space(bicg(64, 64).outs)["s.fuse_rows"] == [False, True]

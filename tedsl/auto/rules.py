@@ -39,7 +39,9 @@
    it reads a row reduction of the same matrix that nothing else reads (atax's
    ``A^T (A x)``) and the matrix does not fit in L2, that reduction runs per block of rows
    inside the sweep's row loop, the rows split among the threads by ``rfactor``: the matrix
-   read from memory once (``sweep.py``, knob ``<stage>.fuse_rows``).  When
+   read from memory once (``sweep.py``, knob ``<stage>.fuse_rows``); a row reduction of the
+   same matrix that it does not read (bicg's ``A p`` beside ``A^T r``) runs its blocks of
+   rows in the sweep's row-block loop by ``compute_with``, for the same single pass.  When
    the last axis is short and no whole number of vectors (a convolution's output rows) the
    columns run along another axis of whole vectors that the reused operand indexes plainly
    (output channels: weights packed into channel panels), the accumulators laid out with
@@ -81,7 +83,7 @@ from .model import const_extent as ext_of
 from .graph import const_int, has_call, loads_of, numel, same_dim
 from .flatten import merge_tail, mergeable_tail
 from .pack import cache_write_as, const_factor, pack_dim, pack_operand
-from .sweep import matrix_bytes, row_partner
+from .sweep import matrix_bytes, row_partner, row_sibling
 from .triangle import box_host, box_tiles, fusable_host, plain_loads, where_constraints
 
 PARALLEL_MIN = 1 << 14     # elements below which a constant-size stage stays single-threaded
@@ -278,12 +280,15 @@ class Sketch:
         self.inline()
         self.rows()
         self.vector_rows()
-        for op in reversed(self.g.ops):
-            if id(op) in self.done or self.g.kind(op) != "reduction" or len(op.outputs) != 1:
+        reductions = [op for op in reversed(self.g.ops)
+                      if self.g.kind(op) == "reduction" and len(op.outputs) == 1]
+        for op in reductions:       # before the row reductions it takes are scheduled alone
+            if id(op) not in self.done and op.axis and not self.small_data(op):
+                self.fuse_rows(op)
+        for op in reductions:
+            if id(op) in self.done:
                 continue
             if op.axis and not self.small_data(op):
-                if self.fuse_rows(op):
-                    continue
                 if self.strided_rows(op) and \
                         self.k(f"{self.label[id(op)]}.row_reduce", True, [False]):
                     self.row_reduce(op)
@@ -561,7 +566,7 @@ class Sketch:
         for rf in self.vector_rfactor(op, VECTOR_CHAINS):
             s[rf].compute_at(s[op], op.axis[0])
 
-    def block_rfactor(self, op):
+    def block_rfactor(self, op, rows=None, nparts=None):
         """Reduce ``row_block`` rows of a 1-D row reduction together: ``op.rf[i, kv]`` holds
         a vector of partial sums per row, the block's rows updated in turn at every step
         (independent accumulator chains, each vector of a shared operand such as ``x`` in
@@ -569,8 +574,9 @@ class Sketch:
         4 chains: a gemv 4000 x 4000, 1 thread, 2.63 ms from L3 and 8.49 ms for two
         matrices from memory; 8 rows in turn: 2.25 / 7.12 ms (numpy 4.00 / 8.93, loaded
         machine).  Returns the block loop of ``op``'s stage, the partial sums computed
-        inside it."""
-        s, rows = self.s, self.row_block(op)
+        inside it.  ``rows``: the block (default ``row_block``); ``nparts``: the rows first
+        split in that many parts (``op``'s loops then the parts' and the blocks')."""
+        s, rows = self.s, rows or self.row_block(op)
         st = s[op]
         _, kv = st.split(st.op.reduce_axis[-1], factor=self.lanes(op))
         rf = s.rfactor(op.output(0), kv, factor_axis=1)
@@ -581,7 +587,10 @@ class Sketch:
         try_(rs.unroll, bi)
         try_(rs.vectorize, lane)
         st = s[op]
-        yo, _ = st.split(st.op.axis[0], factor=rows)
+        row = st.op.axis[0]
+        if nparts:
+            _, row = st.split(row, nparts=nparts)
+        yo, _ = st.split(row, factor=rows)
         rs.compute_at(st, yo)
         return yo
 
@@ -613,10 +622,14 @@ class Sketch:
         ``sweep.py``): the statistic computed per block of ``FUSED_ROWS`` rows inside the
         column reduction's row loop, so the matrix is read from memory once, the rows split
         among the threads by ``rfactor`` (knob ``<stage>.fuse_rows``, on when the matrix
-        does not fit in L2).  Returns whether it scheduled ``op``."""
-        found = row_partner(self.g, op, lambda p: id(p) not in self.done and
-                            id(p) not in self.inlined)
+        does not fit in L2).  A row reduction of the matrix that ``op`` does not read (bicg)
+        runs its blocks of rows with ``compute_with`` in the same loops instead.  Returns
+        whether it scheduled ``op``."""
+        free = lambda p: id(p) not in self.done and id(p) not in self.inlined  # noqa: E731
+        found, sibling = row_partner(self.g, op, free), False
         if found is None:
+            found, sibling = row_sibling(self.g, op, free), True
+        if found is None or sibling and self.row_block(found[0]) <= 1:
             return False
         P, A = found
         lab = self.label[id(op)]
@@ -636,8 +649,13 @@ class Sketch:
         jo, jv = split_vector(rs, col, lanes)
         rs.reorder(*[l for l in (lead, ib, jo, ii, jv) if l is not None])
         try_(rs.unroll, ii)
-        self.reduce_rows(P)
-        s[P].compute_at(rs, ib)
+        if sibling:         # its blocks of rows in the same loops, after op's
+            self.block_rfactor(P, rows, t if lead is not None else None)
+            if not try_(s[P].compute_with, rs, ib):
+                maybe_parallel(s[P], s[P].leaf_iter_vars[0], None)
+        else:
+            self.reduce_rows(P)
+            s[P].compute_at(rs, ib)
         if lead is not None:
             maybe_parallel(rs, lead, None)
             fin = s[op]     # the threads' partial rows summed, vectorized along the columns
