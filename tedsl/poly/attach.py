@@ -11,7 +11,8 @@ P's statements get ``o`` as extra outer dimensions and the domain ``{ [o, x] : x
 (halos and strided windows exactly, reads under affine ``if_then_else`` only where taken).
 P's buffer is allocated inside ``L_a``; its extent per dimension is the maximum over ``o`` of
 ``max R(o) - min R(o) + 1`` (not an interval hull of the whole access), and indices are
-shifted by ``min R(o)``.
+shifted by ``min R(o)``.  Where the box of ``R(o)`` adds only a lower-dimensional set (halo
+rows that a stencil reads in the interior columns only), P covers the box (``box_if_thin``).
 """
 from dataclasses import dataclass, field
 
@@ -300,7 +301,7 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     tn = tnames.name(t0)
     box = isl.Set(f"{program.params_text()} -> {{ {tn}[{', '.join(xs)}] : "
                   f"{' and '.join(shape_cons) or '1 = 1'} }}")
-    region = region.intersect_range(box).coalesce()
+    region = box_if_thin(region.intersect_range(box).coalesce())
     # a shared buffer serves every thread of a block: its region is the union over the loops
     # bound to threadIdx (as TVM relaxes thread axes), and it lives outside those loops
     threads = [k for k, v in enumerate(o_ivs) if pstage.scope == "shared" and _thread_bound(
@@ -361,6 +362,59 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         if len(s.sched) > pos + 1 and _key(s.sched[:pos + 1]) == key:
             s.sched[pos + 1] += 1
     return new, fp
+
+
+def _fiber_dim(bmap):
+    """The dimension of ``bmap``'s image of one point of its domain (the outer loop values
+    fixed): its range's dimensions less the equalities its affine hull adds."""
+    n_in = bmap.dim(isl.dim_type.in_)
+    bs = bmap.move_dims(isl.dim_type.param, bmap.dim(isl.dim_type.param), isl.dim_type.in_,
+                        0, n_in).range()
+    n = bs.dim(isl.dim_type.set)
+    eqs = [c for c in bs.affine_hull().get_constraints() if c.is_equality() and any(
+        not c.get_coefficient_val(isl.dim_type.set, k).is_zero() for k in range(n))]
+    return n - len(eqs)
+
+
+def _max_fiber_dim(m):
+    """The largest ``_fiber_dim`` of ``m``'s pieces; None when a piece has existentially
+    quantified variables (a strided set, whose affine hull overstates it: two points two
+    apart span a line)."""
+    dims = []
+    m.foreach_basic_map(lambda b: dims.append(_fiber_dim(b) if b.dim(isl.dim_type.div) == 0
+                                              else None))
+    return None if None in dims else max(dims, default=-1)
+
+
+def box_if_thin(region):
+    """``region`` (``[o] -> T[x]``), or its box at each ``o`` (per dimension from its least to
+    its greatest index) when the box adds only a lower-dimensional set: a stencil's halo rows
+    that its neighbours read over fewer columns (a read under an ``if_then_else`` of the
+    interior), the corners of a chain of them.  Computing those few points more gives the
+    producer's loops one range per row instead of bounds that vary with it (vector loops
+    with masked tails at every row of every block); a triangle stays a triangle, and so does
+    a strided region (rows ``i - 1`` and ``i + 1``, not ``i``)."""
+    r = region.dim(isl.dim_type.out)
+    if r < 1:
+        return region
+    parts = []
+    for d in range(r):
+        rd = region.project_out(isl.dim_type.out, d + 1, r - d - 1) \
+            .project_out(isl.dim_type.out, 0, d)
+        lo = rd.lexmin().apply_range(isl.Map("{ [a] -> [y] : y >= a }"))
+        hi = rd.lexmax().apply_range(isl.Map("{ [b] -> [y] : y <= b }"))
+        parts.append(lo.intersect(hi))
+    hull = parts[0]
+    for p in parts[1:]:
+        hull = hull.flat_range_product(p)
+    hull = hull.set_tuple_id(isl.dim_type.out, region.get_tuple_id(isl.dim_type.out))
+    extra = hull.subtract(region)
+    if extra.is_empty():
+        return region
+    thin, full = _max_fiber_dim(extra), _max_fiber_dim(region)
+    if thin is None or full is None or thin >= full:
+        return region
+    return hull.coalesce()
 
 
 def _thread_bound(program, iv):
