@@ -217,24 +217,6 @@ class Graph:
         offs = {ld.offsets() for ld in lds}
         return None not in pats and len(pats) == 1 and len(offs) >= 2
 
-    def is_guarded_read(self, consumer, producer):
-        """Some read of ``producer`` by ``consumer`` sits in a branch of an ``if_then_else``
-        (a stencil's interior, the border copied): the part of ``producer`` a tile of
-        ``consumer`` reads is then a union of pieces, not a box."""
-        guarded = []
-
-        def branch(x):
-            if type(x) is E.TensorLoad and x.tensor.op is producer:
-                guarded.append(x)
-
-        def visit(x):
-            if type(x) is E.IfThenElse:
-                walk(x.t, branch)
-                walk(x.f, branch)
-        for b in consumer.body:
-            walk(b, visit)
-        return bool(guarded)
-
     def is_window_read(self, consumer, producer):
         """A reduction ``consumer`` reads ``producer`` through a sliding window: an index moves
         with an output axis and a reduction axis at once (a convolution or pooling reading its
