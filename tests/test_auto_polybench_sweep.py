@@ -133,6 +133,18 @@ def test_bicg_row_sums_run_in_the_column_sweeps_row_blocks():
     assert text.index("q[") > par, text
 
 
+def test_one_thread_bicg_is_one_pass_too():
+    # no rfactor: q's row blocks run in s's own row-block loop, its first loop
+    c = bicg(301, 517)
+    s = te.auto_schedule(c.outs, "llvm -num-threads=1", params={"s.fuse_rows": True})
+    assert [st.prim for st in s.trace.steps].count("compute_with") == 1
+    text = check(c, "llvm -num-threads=1", {"s.fuse_rows": True})
+    assert "parallel" not in text and "s.rf" not in text, text
+    # 301 rows: 37 whole blocks of 8, then the 5 left
+    loop = text.index("for i.outer in range(0, 37):")
+    assert loop < text.index("q.rf[ii.inner, j.inner] = q.rf") < text.index("q[i.outer"), text
+
+
 def test_bicg_fused_when_the_matrix_does_not_fit_in_l2():
     n = 64
     m = max(64, 2 * L2 // (4 * n))

@@ -80,6 +80,22 @@ def test_a_stage_computed_at_the_innermost_fused_loop():
     _run_bicg(sch, t, n, m, np.random.default_rng(3))
 
 
+def test_fused_with_a_reduction_loop_that_comes_first(rng):
+    # s's first loop is a block of its reduction loop: its init runs before that loop (the
+    # 1-thread form of the one-pass bicg); q's blocks of rows run inside it, after s's part
+    n, m = 37, 45
+    A, p, r, S, Q = t = _bicg(n, m)
+    sch = te.create_schedule([S, Q])
+    ib, ii = sch[S].split(S.op.reduce_axis[0], factor=8)
+    sch[S].reorder(ib, S.op.axis[0], ii)
+    qb, _ = sch[Q].split(Q.op.axis[0], factor=8)
+    sch[Q].compute_with(sch[S], ib)
+    text = str(te.lower(sch, list(t)))
+    loop = text.index("for i.outer in range(0, 5):")
+    assert text.index("s[j] = 0.0f") < loop < text.index("q[i.outer * 8"), text
+    _run_bicg(sch, t, n, m, rng)
+
+
 def test_elementwise_pair_in_one_nest(rng):
     n = 19
     X = te.placeholder((n, n), name="X")

@@ -53,6 +53,22 @@ def _depth(s, loops):
     return len(loops)
 
 
+def _positions(s, loops):
+    """The schedule positions of ``loops``, the first loops of ``s`` (one plain entry each;
+    a reduction whose first loop is a reduction loop has its init / update order before
+    them), else None."""
+    pos = []
+    for d, e in enumerate(s.sched):
+        if len(pos) == len(loops):
+            break
+        if isinstance(e, int):
+            continue
+        if e[0] is not loops[len(pos)] or len(e) != 2:
+            return None
+        pos.append(d)
+    return pos if len(pos) == len(loops) else None
+
+
 def fuse_with(prog, schedule, root_of):
     """Move the nests of the stages given ``compute_with`` into their partners' loops (see the
     module docstring); ``root_of``: stage id -> its root index in ``prog``.  Sets
@@ -110,7 +126,7 @@ def fuse_with(prog, schedule, root_of):
         ra, rb = root_of[id(a)], root_of[id(st)]
         a_part = [s for s in prog.statements if s.sched[0] == ra]
         b_part = [s for s in prog.statements if s.sched[0] == rb]
-        ref = [s for s in a_part if _depth(s, a_loops) == k]
+        ref = [(s, p) for s in a_part for p in [_positions(s, a_loops)] if p is not None]
         for s in b_part:
             j = _depth(s, b_loops)
             if j < k and j and s.stage is not st:
@@ -126,18 +142,17 @@ def fuse_with(prog, schedule, root_of):
             raise AttachError(f"{what}: a fused loop is a fuse of loops with symbolic "
                               "extents (several loops to the loop generator); fuse fewer "
                               "loops")
-        head = ref[0].sched[:2 * k]
+        (r0, pos), last = ref[0], ref[0][1][-1]
+        head = r0.sched[:last + 1]
         key = _key(head)
-        gamma = 1 + max(s.entry(2 * k) for s in a_part
-                        if len(s.sched) >= 2 * k and _key(s.sched[:2 * k]) == key)
+        gamma = 1 + max(s.entry(last + 1) for s in a_part
+                        if len(s.sched) > last and _key(s.sched[:last + 1]) == key)
         for s in b_part:
             prog.unfused[s.name] = list(s.sched)
             prog.fused[s.name] = st
-            new = [ra]
-            for j in range(k):
-                if j:
-                    new.append(head[2 * j])
-                new.append((a_loops[j],) + tuple(s.sched[2 * j + 1][1:]))
+            new = list(head)
+            for j, d in enumerate(pos):     # A's loops, B's own bounds
+                new[d] = (a_loops[j],) + tuple(s.sched[2 * j + 1][1:])
             new.append(gamma + s.sched[2 * k])
             s.sched[:] = new + s.sched[2 * k + 1:]
         swap = {id(vb): va for va, vb in zip(a_loops, b_loops)}
