@@ -67,32 +67,37 @@ Where the zero-search rules fall short (read off the lowered programs of these d
   the cyclic split was filled outside its loop in the last outer iteration, which the loop
   generator runs apart, and read unfilled: a loop-generation bug, avoided here).
 - **jacobi-2d** (full-size stages whose borders copy the previous array, `if_then_else` of an
-  affine condition on the axes): the chain of sweeps inlines every other one and computes the
-  others per block of 16 rows (with their halo) inside the next.  The border tests run only
-  where their answer changes: the loops are split into the interior, run without a test, and
-  the border pieces (tedsl/transform/partition.py); the test of an inlined sweep that repeats
-  its reader's test at the same point is dropped.  Before, the condition was tested per
-  element inside the vectorized loop and, as a select of both sides, loaded the border array
-  and evaluated the inlined sweep's border branch at every point (9.4 -> 3.9 ms on 1 thread
-  of the AVX-512 Xeon, gcc 4.8 ms).  Left: on the AMD EPYC (AVX2, 32 MB L3), 2 threads ran
-  behind gcc's loops (not yet examined).
+  affine condition on the axes): each sweep is read at 5 offsets by the next and at the
+  border by the one after; none is inlined, and all three are computed per block of 32 rows
+  of the last one (with their halos) inside its one parallel loop, so a block's four sweeps
+  run from cache and the arrays pass through memory once.  The halo rows a sweep's reader
+  reads only in the interior columns are computed whole (the box of the region at each
+  block, `attach.box_if_thin`: two points more per halo row), so every vector loop has a
+  constant trip count.  The border tests run only where their answer changes: the loops are
+  split into the interior, run without a test, and the border pieces
+  (tedsl/transform/partition.py).  Before, every other sweep was inlined into the next (25
+  evaluations of it per point) and the others computed per block of 16 rows of the next:
+  on the AMD EPYC 1 / 2 threads 10.5 / 18.4 GFLOP/s against gcc's 11.8 / 20.9; computing
+  every sweep per block ran 3x slower then, its exact regions giving the column loops
+  bounds that varied with the row (masked vector tails).
 - **atax, bicg** (two reductions over the same matrix, one along rows and one along
   columns): atax's row reduction `tmp = A x`, read only by the column reduction
   `y = A^T tmp`, runs per block of 8 rows inside the column reduction's row loop, the rows
   split among the threads by rfactor (tedsl/auto/sweep.py): `A` is read from memory once.
-  bicg's two reductions are both outputs, which the schedule computes at the root: each
-  still streams the matrix on its own (missing: a primitive computing one output inside
-  another's loops, as TVM's `compute_with`).  The column reduction sweeps each row in runs
-  of up to a third of L1 (16 KB of a 48 KB L1, 10 KB of a 32 KB one) with a row of
-  accumulators there, 4 rows per step (a
+  bicg's two reductions are both outputs and neither reads the other: `q = A p` runs its
+  blocks of 8 rows in the same loops as the column reduction's row blocks
+  (`s[q].compute_with(s[s.rf], block)`, the fused order checked against the dependences), so
+  bicg too reads `A` from memory once (before, each reduction streamed it on its own: on the
+  AMD EPYC 1 / 2 threads 11.6 / 15.0 GFLOP/s against numpy's 11.2 / 17.6).  When the matrix
+  fits in L2 the column reduction sweeps each row in runs of up to a third of L1 (16 KB of a
+  48 KB L1, 10 KB of a 32 KB one) with a row of accumulators there, 4 rows per step (a
   register tile of 32 columns read two cache lines per row, every row a page apart).
 - **gesummv, bicg's `q`, atax's `tmp`** (row reductions `A x`): 8 rows reduced together,
   a vector of partial sums per row (each vector of `x` loaded once per 8 rows, 8
   independent chains); gesummv's two reductions are computed per block of rows of `y`
   inside its one parallel loop.  Note the L3: the AVX-512 Xeon's (260 MB, shared) held a
   4000² matrix (64 MB), so there the "memory-bound" kernels ran partly from L3; the AMD
-  EPYC's 32 MB does not, and bicg, which streams the matrix once per reduction, fell
-  behind numpy on 2 threads there (a single pass needs `compute_with`).
+  EPYC's 32 MB does not: there a second pass over the matrix costs as much as the first.
 - **2mm** (`tmp = alpha * A B`): the constant factor is applied once per element in the
   register tile's copy-out, not to every term (a multiply and a broadcast per row and step
   beside the FMAs made the product 0.73x numpy against a plain GEMM at parity, on the
