@@ -124,6 +124,27 @@ def test_jacobi_chain_runs_every_sweep_in_the_last_sweeps_row_blocks():
                      rtol=2e-5, atol=1e-4, name=c.symbol)
 
 
+def test_a_stencil_read_outside_its_chain_ends_the_chain(rng):
+    """P1 -> P2 -> O, each read at offsets by the next, and P2 also read by the output Z: P2
+    stays at the root (Z reads all of it), P1 runs per block of P2's rows, not of O's (it was
+    attached inside O's loop while its reader P2 was not: a refusal at build)."""
+    n = 40
+    X, Y = te.placeholder((n, n), name="X"), te.placeholder((n, n), name="Y")
+    P1 = te.compute((n, n), lambda i, j: X[i, j] * 2.0 + Y[i, j], name="P1")
+    P2 = te.compute((n - 2, n), lambda i, j: P1[i, j] + P1[i + 2, j] + P1[i + 1, j], name="P2")
+    O = te.compute((n - 2, n - 2), lambda i, j: P2[i, j] + P2[i, j + 2] + P2[i, j + 1],
+                   name="O")
+    Z = te.compute((n - 2, n), lambda i, j: P2[i, j] * 3.0, name="Z")
+    s = te.auto_schedule([O, Z])
+    at = [(st.stage, st.args[0]["stage"]) for st in s.trace.steps if st.prim == "compute_at"]
+    assert at == [("P1", "P2")], at
+    x, y = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    p1 = 2 * x.astype(np.float64) + y
+    p2 = p1[:-2] + p1[2:] + p1[1:-1]
+    check_kernel(s, [X, Y, O, Z], [x, y], [p2[:, :-2] + p2[:, 2:] + p2[:, 1:-1], 3 * p2],
+                 rtol=1e-5, name="chain")
+
+
 def test_inactive_knob_accepted_unknown_refused():
     c = case("jacobi-2d")
     plain = str(te.lower(te.auto_schedule(c.outs, params={}), c.args))

@@ -1164,17 +1164,27 @@ class Sketch:
         border by the one after) all inside the blocks of the chain's last stage, so that
         each block's sweeps run from cache."""
         s, g = self.s, self.g
-        end = {}
-        for op in reversed(g.ops):          # readers first: a chain's end is known
-            f = self.stencil_reader(op) if self.kept.get(id(op)) == "stencil" else None
-            if f is not None:
-                end[id(op)] = end.get(id(f), f)
+        members = {id(op) for op in g.ops if self.kept.get(id(op)) == "stencil" and
+                   self.stencil_reader(op) is not None}
+        while True:
+            end = {}
+            for op in reversed(g.ops):      # readers first: a chain's end is known
+                if id(op) in members:
+                    f = self.stencil_reader(op)
+                    end[id(op)] = end.get(id(f), f)
+            # a stencil read outside its chain (by an output, say) stays at the root, and
+            # the chain before it ends at it
+            out = {id(op) for op in g.ops if id(op) in end and any(
+                c is not end[id(op)] and end.get(id(c)) is not end[id(op)]
+                for c in self.consumers(op))}
+            if not out:
+                break
+            members -= out
         blocks = {}         # id(last stage of a chain) -> its row-block loop
         for op in g.ops:
             f = end.get(id(op))
-            if f is None or any(c is not f and end.get(id(c)) is not f
-                                for c in self.consumers(op)):
-                continue            # read outside the chain: computed at the root
+            if f is None:
+                continue
             if id(f) not in blocks:
                 if id(f) in self.done:
                     continue
