@@ -367,7 +367,8 @@ class Stage:
         replace the first, so it is refused (the same kind again is a no-op)."""
         self._check_compute(what)
         self._check_leaf(iv, what)
-        old = self.attrs.get(iv, IterAttr())
+        had = self.attrs.get(iv)
+        old = had or IterAttr()
         if old.kind != "serial" and (old.kind, old.thread_tag) != (kind, thread_tag):
             how = (f"bound to {old.thread_tag}" if old.kind == "thread" else
                    {"parallel": "parallel", "vectorize": "vectorized",
@@ -383,7 +384,10 @@ class Stage:
                 try:
                     self.schedule._check_with(st, what)
                 except Exception:
-                    self.attrs[iv] = old
+                    if had is None:
+                        del self.attrs[iv]
+                    else:
+                        self.attrs[iv] = had
                     raise
 
     def _annotate_checked(self, iv, kind, what, thread_tag=""):
