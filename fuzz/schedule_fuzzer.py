@@ -4,8 +4,9 @@
 Every case ``(seed, i)`` is a small random compute definition (elementwise chains, broadcasts,
 reductions with triangular or ``where=`` bounds, matmuls, padded stencils, permuted reads,
 softmax-like multi-reader graphs; symbolic and constant sizes; int32/int64/float32/float64)
-followed by a random sequence of schedule primitives, legal or not.  A primitive refused with a
-``TedslError`` is recorded and the sequence goes on, as a user would.  The schedule is built for
+followed by a random sequence of schedule primitives, legal or not (one of them may replace
+the schedule by ``te.auto_schedule``'s, some of its knobs drawn at random).  A primitive
+refused with a ``TedslError`` is recorded and the sequence goes on, as a user would.  The schedule is built for
 ``llvm`` and run twice on seeded random inputs with poisoned outputs (NaN, or a sentinel for
 integers) and compared with a numpy reference computed in float64 (int64 for integers).
 
@@ -644,7 +645,7 @@ def make_kernel(seed, case):
 PRIMS = [("split", 14), ("split_nparts", 4), ("tile", 6), ("fuse", 8), ("reorder", 7),
          ("unroll", 4), ("vectorize", 7), ("parallel", 9), ("compute_at", 12),
          ("compute_inline", 6), ("compute_root", 2), ("cache_read", 5), ("cache_write", 4),
-         ("rfactor", 4), ("storage_align", 2), ("pragma", 2), ("compute_with", 4)]
+         ("rfactor", 4), ("storage_align", 2), ("pragma", 2), ("compute_with", 4), ("auto", 4)]
 FACTORS = [1, 2, 3, 4, 5, 7, 8, 16, 32]
 NPARTS = [1, 2, 3, 4, 7]
 
@@ -880,6 +881,22 @@ class SchedGen:
         if lp is None:
             return None
         return ("compute_with", f"{S}.compute_with(s[{self.stage_var(tgt)}], {lp})", [], [])
+
+    def p_auto(self):
+        """The schedule replaced by ``te.auto_schedule``'s, some of its knobs drawn from
+        ``sketch_space`` (the primitives after it apply to that schedule)."""
+        from tedsl.auto import sketch_space
+        rng = self.rng
+        outs = [next(v for v in self.tensor_vars if self.ns[v].op is op)
+                for op in self.s.outputs]
+        try:
+            space = sketch_space([self.ns[v] for v in outs])
+        except Exception:            # the call below reports it, as a user would see it
+            space = {}
+        params = {k: rng.choice(vals) for k, vals in sorted(space.items())
+                  if rng.random() < 0.5}
+        return ("auto", f"s = te.auto_schedule([{', '.join(outs)}], params={params!r})", [],
+                [])
 
     def p_compute_inline(self):
         st, S = self._stage(inner_p=0.85)
