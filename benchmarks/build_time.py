@@ -269,6 +269,7 @@ def main(argv=None):
                     help="CPU time per phase of warm builds instead (--runs rounds)")
     ap.add_argument("--passes", action="store_true",
                     help="print LLVM's time per pass for each case instead")
+    ap.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -284,10 +285,10 @@ def main(argv=None):
                 child_passes(n)
         return 0
     if a.search:
-        return search_throughput(a.trials)
+        return search_throughput(a.trials, not a.no_write)
     if a.phases:
         return phases([n for n in CASES if not a.case or any(c in n for c in a.case)],
-                      a.runs, not a.case)
+                      a.runs, not a.case and not a.no_write)
     names = [n for n in CASES if not a.case or any(c in n for c in a.case)]
     got = {n: {"schedule": [], "lower": [], "build": [], "load": []} for n in names}
     errors = {}
@@ -319,7 +320,7 @@ def main(argv=None):
         machine += f"; load average {os.getloadavg()[0]:.1f} at the end"
     print(f"tedsl build time, medians of {a.runs} fresh processes per case and mode; {machine}")
     print(table)
-    if not a.case:
+    if not a.case and not a.no_write:
         note = (f"Medians of {a.runs} fresh processes per case and mode (imports and the "
                 f"LLVM load before the clock, a fresh kernel cache directory each). Machine: "
                 f"{machine}. `build` includes `lower`; `total` is define + schedule + build; a "
@@ -400,7 +401,7 @@ def _gemm(n):
 SEARCHES = {"gemm 64^3": lambda: _gemm(64), "gemm 128^3": lambda: _gemm(128)}
 
 
-def search_throughput(trials):
+def search_throughput(trials, write=True):
     """``tune.auto`` on small kernels: candidates per minute, worker CPU per candidate."""
     from common import machine_description, markdown_table, write_results
     from tune_throughput import children_cpu      # the workers are forks of a zygote
@@ -433,8 +434,9 @@ def search_throughput(trials):
             f"measuring processes (their start-up included; they are forks of one process "
             f"kept for later searches) per candidate. `benchmarks/tune_throughput.py` splits "
             f"it into phases. Machine: {machine}.")
-    write_results("build_time_search", "## Search throughput (tune.auto)\n\n" + table +
-                  "\n\n" + note)
+    if write:
+        write_results("build_time_search", "## Search throughput (tune.auto)\n\n" + table +
+                      "\n\n" + note)
     return 0
 
 
