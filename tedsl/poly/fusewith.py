@@ -43,20 +43,10 @@ def _key(entries):
     return tuple(e if isinstance(e, int) else id(e[0]) for e in entries)
 
 
-def _depth(s, loops):
-    """How many of ``loops`` statement ``s`` has in order from schedule position 1 (one plain
-    entry each, at positions 1, 3, 5...)."""
-    for j, v in enumerate(loops):
-        e = s.sched[2 * j + 1] if 2 * j + 1 < len(s.sched) else 0
-        if isinstance(e, int) or e[0] is not v or len(e) != 2:
-            return j
-    return len(loops)
-
-
 def _positions(s, loops):
-    """The schedule positions of ``loops``, the first loops of ``s`` (one plain entry each;
-    a reduction whose first loop is a reduction loop has its init / update order before
-    them), else None."""
+    """The schedule positions of the first of ``loops`` that are the first loops of ``s``, in
+    order (one plain entry each; a reduction whose first loop is a reduction loop has its
+    init / update order before them): all of them when ``s`` runs inside the last."""
     pos = []
     for d, e in enumerate(s.sched):
         if len(pos) == len(loops):
@@ -64,9 +54,9 @@ def _positions(s, loops):
         if isinstance(e, int):
             continue
         if e[0] is not loops[len(pos)] or len(e) != 2:
-            return None
+            break
         pos.append(d)
-    return pos if len(pos) == len(loops) else None
+    return pos
 
 
 def fuse_with(prog, schedule, root_of):
@@ -126,9 +116,10 @@ def fuse_with(prog, schedule, root_of):
         ra, rb = root_of[id(a)], root_of[id(st)]
         a_part = [s for s in prog.statements if s.sched[0] == ra]
         b_part = [s for s in prog.statements if s.sched[0] == rb]
-        ref = [(s, p) for s in a_part for p in [_positions(s, a_loops)] if p is not None]
+        ref = [(s, p) for s in a_part for p in [_positions(s, a_loops)] if len(p) == k]
         for s in b_part:
-            j = _depth(s, b_loops)
+            # B's fused loops are outside its reduction: positions 1, 3, 5...
+            j = len(_positions(s, b_loops))
             if j < k and j and s.stage is not st:
                 # a stage computed at one of B's outer fused loops would sit between A's
                 raise AttachError(

@@ -384,11 +384,15 @@ class Stage:
                 try:
                     self.schedule._check_with(st, what)
                 except Exception:
-                    if had is None:
-                        del self.attrs[iv]
-                    else:
-                        self.attrs[iv] = had
+                    self._restore_attr(iv, had)
                     raise
+
+    def _restore_attr(self, iv, attr):
+        """Undo a refused annotation: ``attr`` back (None: the loop had none)."""
+        if attr is None:
+            self.attrs.pop(iv, None)
+        else:
+            self.attrs[iv] = attr
 
     def _annotate_checked(self, iv, kind, what, thread_tag=""):
         """Annotate, then check against the dependences; a refused annotation is undone."""
@@ -397,10 +401,7 @@ class Stage:
         try:
             self.schedule._check_legal(self, iv, what)
         except Exception:
-            if old is None:
-                del self.attrs[iv]
-            else:
-                self.attrs[iv] = old
+            self._restore_attr(iv, old)
             raise
 
     def _need_const(self, iv, what, hint):
