@@ -32,6 +32,9 @@ from tedsl import ops
 from tedsl.auto.rules import KnobValueError
 
 SEARCH_SECONDS = 120
+#: seconds of calls per contender and round at least (3 calls of a 0.4 ms convolution were
+#: too few: its ratios moved by 20 % between runs)
+MIN_ROUND = 0.02
 
 
 def _torch():
@@ -262,7 +265,7 @@ def run_case(name, rounds, threads, torch, with_search):
             contenders[peer] = (setter, fn)
         else:
             contenders[peer] = (tedsl_contender_mod(fn), fn)
-    times = interleaved(contenders, rounds, threads)
+    times = interleaved(contenders, rounds, threads, min_round=MIN_ROUND)
     return case, t_sched, times, list(contenders)
 
 
@@ -462,7 +465,8 @@ def main(argv=None):
             print(" | ".join(row), flush=True)
     table = markdown_table(header, rows)
     note = ("Zero-search `te.auto_schedule` against the peers, medians of interleaved rounds "
-            f"({rounds}), 1 and 2 threads; figures are {'GFLOP/s' } for products and "
+            f"({rounds}; each the median of at least 3 calls and {MIN_ROUND * 1e3:.0f} ms of "
+            "them), 1 and 2 threads; figures are GFLOP/s for products and "
             "convolutions, GB/s (bytes read + written, float32) for softmax, layer_norm and "
             "the stencil.  The `search` column is filled by `--search` "
             f"(`tedsl.tune.auto`, {SEARCH_SECONDS} s per case and thread count: the candidates "

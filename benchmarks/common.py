@@ -5,6 +5,7 @@ replaces only the script's own section of ``benchmarks/RESULTS.md``, between the
 ``<!-- section:NAME -->`` and ``<!-- /section:NAME -->``, and keeps the other sections.
 """
 import datetime
+import math
 import os
 import platform
 import re
@@ -214,7 +215,7 @@ def by_threads(mods, call):
     return set_threads, lambda: call(cur[0])
 
 
-def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
+def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15, min_round=0.0):
     """Interleaved timing of several contenders at several thread counts.
 
     Parameters
@@ -233,12 +234,30 @@ def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
         call follows the pause: after it, a worker thread that went to sleep can take
         milliseconds to run again on this virtual machine (a 2-thread call of a 0.13 ms GEMM
         took 4-7 ms in about half the rounds), which would time the wake-up, not the kernel.
+    min_round : float
+        Seconds of calls a round should last at least: a contender whose call is shorter
+        gets more than ``calls`` calls per round (counted once, from a warm call at each
+        thread count, before the rounds; at most 1000).  Three calls of a 0.4 ms kernel are
+        too short a sample on a shared host: the ratios of sub-millisecond cases moved by
+        20 % between runs.
 
     Returns
     -------
     dict
         ``(name, threads) -> median seconds per call``.
     """
+    per = {}
+    for nt in threads:
+        for name, (set_threads, fn) in contenders.items():
+            per[(name, nt)] = calls
+            if min_round > 0:
+                if set_threads is not None:
+                    set_threads(nt)
+                fn()
+                t = time.perf_counter()
+                fn()
+                one = max(time.perf_counter() - t, 1e-7)
+                per[(name, nt)] = max(calls, min(1000, math.ceil(min_round / one)))
     runs = {}
     for _ in range(rounds):
         for nt in threads:
@@ -248,7 +267,7 @@ def interleaved(contenders, rounds, threads=(1, 2), calls=3, settle=0.15):
                 time.sleep(settle)
                 fn()
                 ts = []
-                for _ in range(calls):
+                for _ in range(per[(name, nt)]):
                     t = time.perf_counter()
                     fn()
                     ts.append(time.perf_counter() - t)
