@@ -7,7 +7,8 @@ bicg, gesummv, syrk, jacobi-2d (a few time steps of two sweeps each) and covaria
 at PolyBench "LARGE"-like sizes.  Every contender's result is checked against the numpy
 implementation run in float64 before anything is timed.
 
-Columns: ``auto`` the zero-search schedule, ``search`` the schedule ``tedsl.tune.auto``
+Columns: ``auto`` the zero-search schedule for that thread count
+(``te.auto_schedule(outs, "llvm -num-threads=N")``), ``search`` the schedule ``tedsl.tune.auto``
 found in ``--search-seconds`` (120 by default, per thread count: its candidates timed on that
 many threads; ``--no-search`` skips it), ``numpy`` (OpenBLAS
 thread count set to match), ``gcc`` (OpenMP thread count set; the column is left empty with
@@ -137,14 +138,11 @@ def search_schedule(case, seconds, call_seconds, threads):
 def run_case(name, rounds, threads, seconds):
     case = pk.KERNELS[name](*SIZES[name], np.random.default_rng(0))
     refs = case.reference()
-    t0 = time.perf_counter()
-    s = te.auto_schedule(case.outs)
-    t_sched = time.perf_counter() - t0
     notes = []
 
-    def checked(sched, who):
+    def checked(sched, who, target="llvm"):
         """The module of ``sched``, its outputs checked; its output buffers; one call's time."""
-        mod = te.build(sched, case.args, name=case.symbol)
+        mod = te.build(sched, case.args, target=target, name=case.symbol)
         outs = [np.full(sh, np.nan, np.float32) for sh in case.out_shapes]
         t = time.perf_counter()
         mod(*case.inputs, *outs)
@@ -152,16 +150,21 @@ def run_case(name, rounds, threads, seconds):
         check(outs, refs, who, name)
         return mod, outs, t
 
-    def tedsl_contender(sched, who):
-        mod, outs, t = checked(sched, who)
-        return (mod.set_num_threads, lambda: mod(*case.inputs, *outs)), t
-
-    contenders = {}
-    contenders["auto"], t_call = tedsl_contender(s, "auto")
+    # the zero-search schedule for each thread count (the rules' parallel decisions differ)
+    auto, t_sched = {}, {}
+    for nt in threads:
+        target = f"llvm -num-threads={nt}"
+        t0 = time.perf_counter()
+        s = te.auto_schedule(case.outs, target)
+        t_sched[nt] = time.perf_counter() - t0
+        auto[nt] = checked(s, f"auto ({nt} threads)", target)
+    auto_outs = {id(m): o for m, o, _ in auto.values()}
+    contenders = {"auto": by_threads({nt: m for nt, (m, _, _) in auto.items()},
+                                     lambda m: m(*case.inputs, *auto_outs[id(m)]))}
     if seconds:
         searched = {}                   # a search per thread count, each run at its count
         for nt in threads:
-            ss, line = search_schedule(case, seconds, t_call, nt)
+            ss, line = search_schedule(case, seconds, auto[nt][2], nt)
             if ss is not None:
                 searched[nt] = checked(ss, f"search ({nt} threads)")[:2]
             notes.append(f"search on {nt} thread{'s' if nt > 1 else ''}: {line}")
@@ -228,7 +231,7 @@ def main(argv=None):
             ours = min(times[(w, nt)] for w in ("auto", "search") if (w, nt) in times)
             peers = min(times[(w, nt)] for w in ("numpy", "gcc") if (w, nt) in times)
             row = [LABELS[name], str(nt), cell("auto"), cell("search"), cell("numpy"),
-                   cell("gcc"), f"{peers / ours:.2f}", f"{t_sched:.3f}"]
+                   cell("gcc"), f"{peers / ours:.2f}", f"{t_sched[nt]:.3f}"]
             rows.append(row)
             print(" | ".join(row), flush=True)
     table = markdown_table(header, rows)
