@@ -81,7 +81,11 @@ def auto_schedule(outs, target="llvm", *, params=None):
     outs : Tensor or list of Tensor
         The outputs; build the result with ``te.build(s, args)`` for the same tensors.
     target : str
-        A CPU target (``"llvm"``, ``"llvm -mcpu=..."``).
+        A CPU target (``"llvm"``, ``"llvm -mcpu=..."``).  Its ``-num-threads=N`` is the
+        thread count the parallel decisions are made for (how a reduction too short to
+        split among the rows is split, which loops run in parallel); without it, the
+        runtime's (``TEDSL_NUM_THREADS``, else the cores).  Build with the same target, or
+        call the module's ``set_num_threads``, to run it on that many.
     params : dict, optional
         Knob values (see :func:`sketch_space`); missing knobs take the model's choice.
 
