@@ -6,9 +6,10 @@ reductions with triangular or ``where=`` bounds, matmuls, padded stencils, permu
 softmax-like multi-reader graphs; symbolic and constant sizes; int32/int64/float32/float64)
 followed by a random sequence of schedule primitives, legal or not (one of them may replace
 the schedule by ``te.auto_schedule``'s, some of its knobs drawn at random).  A primitive
-refused with a ``TedslError`` is recorded and the sequence goes on, as a user would.  The schedule is built for
-``llvm`` and run twice on seeded random inputs with poisoned outputs (NaN, or a sentinel for
-integers) and compared with a numpy reference computed in float64 (int64 for integers).
+refused with a ``TedslError`` is recorded and the sequence goes on, as a user would.  The
+schedule is built for ``llvm`` and run twice on seeded random inputs with poisoned outputs
+(NaN, or a sentinel for integers) and compared with a numpy reference computed in float64
+(int64 for integers).
 
 Each case runs in a child process forked from a clean, preloaded server, so a segfault or a
 hang is classified rather than fatal:
