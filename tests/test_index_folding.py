@@ -172,3 +172,14 @@ def test_a_row_and_a_shifted_quotient_recombine():
     assert s(((p + 28) // 14) * 14 + (p + 28) % 14) == "p + 28"
     # a shift that is no whole multiple of the divisor does not combine
     assert "//" in s(((p + 5) // 14) * 14 + p % 14)
+
+
+def test_a_run_of_rows_read_at_a_window_offset_recombines():
+    # a 3x3 window over rows 58 wide read at the merged position p (flatten's wide merge):
+    # [ry + (16 * o + v + rx) // 58, (16 * o + v + rx) % 58] is the element 16 * o + v + rx
+    # of row ry, however many terms the quotient's argument has
+    o, v, rx, ry = i64("o"), i64("v"), i64("rx"), i64("ry")
+    q = o * 16 + v + rx
+    assert s((ry + q // 58) * 58 + q % 58) == "ry * 58 + o * 16 + v + rx"
+    # more terms, but fewer divisions: kept only when a division goes
+    assert s(q % 58 + v) == "(o * 16 + v + rx) % 58 + v"

@@ -199,7 +199,8 @@ def _rule(e):
 
 def _expand_mods(lin):
     """Write ``x % k`` as ``x - k * (x // k)`` where terms then cancel
-    (``n - n % 8 - n // 8 * 8 -> 0``); otherwise keep the form."""
+    (``n - n % 8 - n // 8 * 8 -> 0``, ``(p + r) // 58 * 58 + (p + r) % 58 -> p + r``: fewer
+    non-affine terms, or as many and fewer terms); otherwise keep the form."""
     coeffs, c0 = lin
     mods = [v for v in coeffs if type(v) is Atom and v.expr.op == "floormod"
             and isinstance(v.expr.b, E.Const) and v.expr.b.value > 0]
@@ -224,7 +225,12 @@ def _expand_mods(lin):
             oc += c * k * shift
         out[q] = out.get(q, 0) - c * k
         out = {w: x for w, x in out.items() if x}
-    return (out, oc) if len(out) < len(coeffs) else lin
+    return (out, oc) if _cost(out) < _cost(coeffs) else lin
+
+
+def _cost(coeffs):
+    """``(non-affine terms, terms)`` of a linear form: what ``_expand_mods`` lowers."""
+    return sum(type(v) is Atom for v in coeffs), len(coeffs)
 
 
 def _shifted_quotient(coeffs, inner, k, q):

@@ -14,13 +14,15 @@ dimensions whose rows are not a whole number of registers and no intrinsic (a te
 call) takes it: a ``local`` one (on the stack) of at most ``MAX_ELEMENTS`` padded, a
 ``global`` one (on the heap: the packed panel ``Bp[1, 1023, 63]`` of that GEMM, whose rows
 are then read aligned) with rows of at most four registers where padding adds at most an
-eighth (12 -> 107 GFLOP/s with both).
+eighth (12 -> 107 GFLOP/s with both), unless some access walks its rows as one run (its
+last index ``q % w``, ``w`` the row width: the merged pixels of ``tedsl.auto.flatten`` reading
+a padded image), whose address is contiguous only with the rows ``w`` apart.
 """
 from ..ir import dtype as dt
 from ..ir import expr as E
-from ..ir.functor import transform
+from ..ir.functor import transform, walk
 from ..tir import nodes as N
-from ..tir.functor import rewrite, visit
+from ..tir.functor import map_exprs, rewrite, visit
 
 MAX_ELEMENTS = 4096
 
@@ -84,6 +86,8 @@ def pad_register_tiles(func, vector_bits):
             if p is not None:
                 new[s.buffer] = p
     visit(func.body, find)
+    for buf in _read_across_rows(func.body, {b for b in new if b.scope == "global"}):
+        del new[buf]
     if not new:
         return func
     body = rewrite(func.body, fstmt, fexpr)
@@ -93,3 +97,24 @@ def pad_register_tiles(func, vector_bits):
 def _const_value(x):
     """The integer value of a constant extent, else None."""
     return int(x.value) if isinstance(x, E.Const) else None
+
+
+def _read_across_rows(body, bufs):
+    """The buffers of ``bufs`` that an access of ``body`` indexes with a last index
+    ``q % w``, ``w`` the buffer's row width."""
+    found = set()
+    if not bufs:
+        return found
+
+    def look(e):
+        if type(e) is N.BufferLoad and e.buffer in bufs:
+            last = e.indices[-1]
+            if type(last) is E.Binary and last.op == "floormod" and \
+                    _const_value(last.b) == _const_value(e.buffer.shape[-1]):
+                found.add(e.buffer)
+
+    def each(e):
+        walk(e, look)
+        return e
+    visit(body, lambda s: map_exprs(s, each))
+    return found
