@@ -52,7 +52,11 @@
    contiguously together with the axis before it by every tensor both index (a 1x1
    convolution's pixels, ``X[n, c, y, x]``) is merged with it into one axis of whole vectors
    first (``flatten.py``, knob ``<stage>.merge_tail``): a matrix product over the pixels,
-   the weights broadcast in place, no packed copy, stores along the output's rows.
+   the weights broadcast in place, no packed copy, stores along the output's rows; a window
+   over a padded image (a 3x3 convolution, ``P[n, c, y + ry, x + rx]``) is merged at the
+   image's row width, the rows' junk pixels computed too and the result copied back into
+   the output's rows by a stage of its own, when the register tiles that cross the rows are
+   5% fewer than the rows' tiles.
    Per-row statistics that no row group holds
    (read by a column reduction too, as in layer_norm's backward) run as rows in parallel,
    each row reduced in vector lanes (knob ``<stage>.row_reduce``).  A reduction over a
@@ -702,10 +706,21 @@ class Sketch:
                        for r in op.reduce_axis)
         col = op.axis[-1]
         tri = where_constraints(op) if rect and plain_loads(op, g.loads(op)) else None
-        first = mergeable_tail(op, g.loads(op), lanes) if not sym and rect and tri is None \
+        found = mergeable_tail(op, g.loads(op), lanes) if not sym and rect and tri is None \
             else None
+        first, width, gains = found or (None, None, False)
         merged = None       # the op whose stage copies the merged axes' results back
-        if first is not None and self.k(f"{lab}.merge_tail", True, [False]):
+        wide = first is not None and width != ext_of(op.axis[-1])
+        if wide and not self.k(f"{lab}.merge_tail", gains, [not gains]):
+            first = wide = None
+        if wide:
+            # rows read at a wider width (a padded window): merged at that width, the tiles
+            # crossing the rows (flatten.py); the copy back into the output's rows a stage
+            # of its own, which the fallback schedules
+            op = merge_tail(s, op.output(0), first, width).op
+            self.label[id(op)] = lab
+            col = op.axis[-1]
+        elif first is not None and self.k(f"{lab}.merge_tail", True, [False]):
             # the trailing axes as one contiguous axis (flatten.py: a 1x1 convolution's
             # pixels), the copy back into the output's shape the tile's host
             host = self.host(op)
@@ -720,7 +735,7 @@ class Sketch:
             self.label[id(op)] = lab
             col = op.axis[-1]
         alt = self.vector_axis(op, lanes) if not sym and rect and tri is None and \
-            merged is None else None
+            merged is None and not wide else None
         if alt is not None and self.k(f"{lab}.vector_axis", alt.var.name, ["last"]) != "last":
             col = alt
         # vectors along the smaller operand's axis of a dense layer (X packed, W in place)
