@@ -2,8 +2,9 @@
 """Seeded random-schedule fuzzer: random kernels x random primitive sequences, checked by numpy.
 
 Every case ``(seed, i)`` is a small random compute definition (elementwise chains, broadcasts,
-reductions with triangular or ``where=`` bounds, matmuls, padded stencils, permuted reads,
-softmax-like multi-reader graphs; symbolic and constant sizes; int32/int64/float32/float64)
+reductions with triangular or ``where=`` bounds, matmuls, padded stencils, windows over a
+padded matrix, permuted reads, softmax-like multi-reader graphs; symbolic and constant sizes;
+int32/int64/float32/float64)
 followed by a random sequence of schedule primitives, legal or not (one of them may replace
 the schedule by ``te.auto_schedule``'s, some of its knobs drawn at random).  A primitive
 refused with a ``TedslError`` is recorded and the sequence goes on, as a user would.  The
@@ -421,6 +422,29 @@ class KernelGen:
             self.n_compute -= 1
         return res
 
+    def op_window(self, x):
+        """A 3-tap window over a zero-padded copy of a matrix, per output channel (a 1-D
+        convolution over the rows of an image, two rows apart): ``T[i, j, l] = sum_k
+        W[i, k] (P[j, l + k] + P[j + 2, l + k])``, ``P`` the matrix padded by 1 — the reads
+        that ``auto_schedule`` merges at the padded rows' width."""
+        if x.rank != 2 or not self._ok(2 * x.mag * (1.5 if self.is_float else 4) * 3):
+            return None         # (the sum's magnitude, checked again by _reduction)
+        axes = AX[:2]
+        p = self._out([d.plus(2) for d in x.dims], x.mag, x.acc)
+        conds = []
+        for a, d in zip(axes, x.dims):
+            conds += [f"{a} >= 1", f"{a} < {d.te(1)}"]
+        self._emit_elementwise(p, f"te.if_then_else(te.all({', '.join(conds)}), "
+                               f"{self._load(x, [f'{a} - 1' for a in axes])}, {self.zero})",
+                               f"np.pad(r{x.var}, 1)[{', '.join(axes)}]", axes)
+        w = self._input([self._dim(), Dim(None, 3)])
+        w.readers += 1
+        out = self._out([w.dims[0]] + list(x.dims), 0, 1)
+        term = "{w}[i, k] * ({p}[j, l + k] + {p}[j + 2, l + k])"
+        return self._reduction(out, Dim(None, 3), [], term.format(w=w.var, p=p.var),
+                               term.format(w="r" + w.var, p="r" + p.var), 2 * x.mag * w.mag,
+                               2 * max(x.acc, w.acc), "window")
+
     def op_stencil(self, x):
         if x.rank > 2:
             return None
@@ -522,7 +546,7 @@ class KernelGen:
         x = self._input([self._dim() for _ in range(rank)])
         nops = rng.choice([1, 2, 2, 3, 3, 3, 4, 4])
         ops = [("unary", 3), ("binary", 3), ("permute", 2), ("expand", 1), ("reduce", 4),
-               ("matmul", 3), ("stencil", 3), ("softmax", 1)]
+               ("matmul", 3), ("stencil", 3), ("softmax", 1), ("window", 2)]
         done, tries = 0, 0
         while done < nops and tries < 40:
             tries += 1
