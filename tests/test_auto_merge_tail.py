@@ -46,10 +46,12 @@ def test_pointwise_conv_merges_its_pixels():
 
 def test_only_where_the_merged_axis_is_contiguous():
     lanes = 16
-    # a padded 3x3 window reads rows 16 wide for 14 outputs: merged at width 16, 7 tiles of
-    # two registers instead of 14
+    # a padded 3x3 window reads rows 16 wide for 14 outputs: mergeable at width 16, not
+    # chosen for rows shorter than a register
     Y = pointwise(ksize=3, padding=1)[2]
-    assert mergeable_tail(Y.op, loads_of(Y.op), lanes) == (2, 16, True)
+    assert mergeable_tail(Y.op, loads_of(Y.op), lanes) == (2, 16, False)
+    Y = pointwise(ksize=3, padding=1, hw=20)[2]
+    assert mergeable_tail(Y.op, loads_of(Y.op), lanes) == (2, 22, True)
     # a strided window: X[.., 2 y, 2 x]
     Y = pointwise(hw=28, stride=2)[2]
     assert mergeable_tail(Y.op, loads_of(Y.op), lanes) is None

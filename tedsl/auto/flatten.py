@@ -80,9 +80,12 @@ def mergeable_tail(op, loads, lanes, tile=None):
         return None
     # wider rows (a padded window): tiles that cross the rows, the junk between them; a gain
     # when they are 5% fewer (conv2d 3x3 on 28 x 28 images, 1 thread: 59 GFLOP/s merged, 45
-    # not; 56 x 56: 66 / 64; 14 x 14, one tile a row either way: not merged)
+    # not; 56 x 56: 66 / 64; 14 x 14, one tile a row either way: not merged) and the rows
+    # are a register or longer (shorter ones vectorize along the output channels, their
+    # consumers fused: 7 x 7 x 512, 42 GFLOP/s either way)
     tile = tile or 2 * lanes
-    gains = 20 * -(-merged_extent(ey, ex, width) // tile) <= 19 * ey * -(-ex // tile)
+    gains = ex >= lanes and \
+        20 * -(-merged_extent(ey, ex, width) // tile) <= 19 * ey * -(-ex // tile)
     return len(op.axis) - 2, width, gains
 
 

@@ -56,7 +56,7 @@
    over a padded image (a 3x3 convolution, ``P[n, c, y + ry, x + rx]``) is merged at the
    image's row width, the rows' junk pixels computed too and the result copied back into
    the output's rows by a stage of its own, when the register tiles that cross the rows are
-   5% fewer than the rows' tiles.
+   5% fewer than the rows' tiles and the rows a register or longer.
    Per-row statistics that no row group holds
    (read by a column reduction too, as in layer_norm's backward) run as rows in parallel,
    each row reduced in vector lanes (knob ``<stage>.row_reduce``).  A reduction over a
