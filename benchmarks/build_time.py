@@ -249,9 +249,10 @@ def _wait_for_link(f, limit=20.0):
 
 
 def measure(name, mode):
-    env = dict(os.environ, TEDSL_CACHE_DIR=tempfile.mkdtemp(prefix="tedsl-build-time-"))
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, mode],
-                         capture_output=True, text=True, env=env, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="tedsl-build-time-") as cache:
+        env = dict(os.environ, TEDSL_CACHE_DIR=cache)
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, mode],
+                             capture_output=True, text=True, env=env, timeout=600)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         raise RuntimeError(last[:200])

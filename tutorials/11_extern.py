@@ -119,10 +119,10 @@ assert err < 1e-5
 # path), so the dynamic linker resolves the symbol when the library is loaded.  (A function
 # given as a ctypes object or an address runs in this process only and is not exported.)
 if shutil.which(os.environ.get("CC", "cc")) is not None:
-    work = tempfile.mkdtemp(prefix="tedsl-extern-")
-    path = te.export_library(os.path.join(work, "gemm.so"), [f])
-    g = te.load_module(path)
-    d2 = np.full_like(d, np.nan)
-    g(a, b, bb, d2)
-    print("exported", os.path.basename(path), "gives the same result:",
-          bool(np.array_equal(d, d2)))
+    with tempfile.TemporaryDirectory(prefix="tedsl-extern-") as work:
+        path = te.export_library(os.path.join(work, "gemm.so"), [f])
+        g = te.load_module(path)
+        d2 = np.full_like(d, np.nan)
+        g(a, b, bb, d2)
+        print("exported", os.path.basename(path), "gives the same result:",
+              bool(np.array_equal(d, d2)))
