@@ -190,6 +190,8 @@ def test_merged_window_replays_and_refuses_a_narrow_width(rng):
     pad = Y.op.input_tensors()[0]
     with pytest.raises(ScheduleError, match="at least as wide as the last"):
         merge_tail(s, Y, 2, 10)
+    with pytest.raises(ScheduleError, match="at least as wide as the last"):
+        merge_tail(s, Y, 2, 14.5)
     flat = merge_tail(s, Y, 2, 14)
     assert [int(d) for d in flat.shape] == [1, 12, 11 * 14 + 12]
     X2, W2, Y2 = pointwise(c=8, hw=12, f=12, ksize=3, padding=1)

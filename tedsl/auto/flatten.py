@@ -39,12 +39,12 @@ from .graph import const_int, linear
 from .pack import _free, substitute_body
 
 
-def mergeable_tail(op, loads, lanes, tile=None):
+def mergeable_tail(op, loads, lanes):
     """``(first, width, gains)`` when ``op``'s last two axes can be computed merged (see the
     module docstring): the index of the first, the row width to merge them at, and whether
-    that runs its vectors over contiguous memory with fewer idle lanes, or its ``tile``-wide
-    register tiles (default two vectors) with fewer partial ones; else None (also when rows
-    no wider than the last axis gain nothing).  ``loads``: the loads of ``op``."""
+    that runs its vectors over contiguous memory with fewer idle lanes, or its register tiles
+    of two vectors with fewer partial ones; else None (also when rows no wider than the last
+    axis gain nothing).  ``loads``: the loads of ``op``."""
     if len(op.axis) < 3 or not op.reduce_axis:
         return None
     ya, xa = op.axis[-2], op.axis[-1]
@@ -83,7 +83,7 @@ def mergeable_tail(op, loads, lanes, tile=None):
     # not; 56 x 56: 66 / 64; 14 x 14, one tile a row either way: not merged) and the rows
     # are a register or longer (shorter ones vectorize along the output channels, their
     # consumers fused: 7 x 7 x 512, 42 GFLOP/s either way)
-    tile = tile or 2 * lanes
+    tile = 2 * lanes
     gains = ex >= lanes and \
         20 * -(-merged_extent(ey, ex, width) // tile) <= 19 * ey * -(-ex // tile)
     return len(op.axis) - 2, width, gains
@@ -117,7 +117,8 @@ def merge_tail(s, tensor, first, width=None):
     if any(e is None for e in exts) or any(const_int(a.begin) != 0 for a in merged):
         raise ScheduleError(f"merge_tail({tensor.name}): the merged axes need constant "
                             "extents from 0")
-    if width is not None and (len(merged) != 2 or width < exts[-1]):
+    if width is not None and (len(merged) != 2 or type(width) is not int or
+                              width < exts[-1]):
         raise ScheduleError(f"merge_tail({tensor.name}): a row width merges two axes, and "
                             f"at least as wide as the last ({exts[-1]}), not {width}")
     wide = width is not None and width != exts[-1]
@@ -132,7 +133,10 @@ def merge_tail(s, tensor, first, width=None):
     p = E.IterVar(E.Var(".".join(a.var.name for a in merged) + ".m", it),
                   E.const(0, it), E.const(size, it), "data_par")
     sub = {a.var: k.var for a, k in zip(axes[:first], kept)}
+    body = op.body[0]
     if wide:
+        body = _rows_read_at(body, merged[0].var, merged[1].var, p.var, width,
+                             f"merge_tail({tensor.name})")
         sub[merged[0].var] = E.binary("floordiv", p.var, E.const(width, it))
         sub[merged[1].var] = E.binary("floormod", p.var, E.const(width, it))
     else:
@@ -141,10 +145,6 @@ def merge_tail(s, tensor, first, width=None):
             stride //= e
             v = E.binary("floordiv", p.var, E.const(stride, it)) if stride > 1 else p.var
             sub[a.var] = E.binary("floormod", v, E.const(e, it)) if n else v
-    body = op.body[0]
-    if wide:
-        body = _rows_read_at(body, merged[0].var, merged[1].var, p.var, width,
-                             f"merge_tail({tensor.name})")
     body = substitute_body(body, sub, f"merge_tail({tensor.name})")
     base = f"{op.name}.flat"
     mop = ComputeOp(_fresh_name(s, base, base), "auto_flat", kept + [p], [body],
@@ -165,7 +165,7 @@ def _rows_read_at(body, y, x, p, width, what):
     """``body`` with each read ``T[.., y + a, x + b]`` of rows ``width`` wide written as
     ``T[.., q // width, q % width]``, ``q = p + width * a + b``: the element at the merged
     position ``p``, inside ``T`` for the junk positions too."""
-    from ..ir.functor import transform
+    from ..ir.functor import substitute, transform
     it = p.dtype
     zero = {y: E.const(0, y.dtype), x: E.const(0, x.dtype)}
 
@@ -180,7 +180,7 @@ def _rows_read_at(body, y, x, p, width, what):
                 fx.get(y, 0) or const_int(e.tensor.shape[-1]) != width:
             raise ScheduleError(f"{what}: reads {e.tensor.name} other than at "
                                 f"[.., y + a, x + b] in rows {width} wide")
-        a, b = substitute_body(iy, zero, what), substitute_body(ix, zero, what)
+        a, b = substitute(iy, zero), substitute(ix, zero)
         q = E.binary("add", E.binary("add", p, E.binary("mul", E.const(width, it), a)), b)
         return E.TensorLoad(e.tensor, list(e.indices[:-2]) +
                             [E.binary("floordiv", q, E.const(width, it)),
