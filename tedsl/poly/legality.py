@@ -322,7 +322,7 @@ def check_bounds(an):
     from ..errors import DefinitionError
     from .access import access_map
     from .convert import NotAffine, aff
-    from .program import isl_value
+    from .program import isl_value, parsed
     prog = an.program
     for a in an.accesses:
         if not a.exact or a.guarded:
@@ -339,7 +339,7 @@ def check_bounds(an):
         ctx = prog.context()
         # the answer of every check of this access (m is kept with it: its id names it)
         m, bad = isl_value(("outside", id(m), box, prog.context_text()), lambda: (
-            m, _nonempty(m.intersect_params(ctx).subtract_range(isl.Set(box)))))
+            m, _nonempty(m.intersect_params(ctx).subtract_range(parsed(isl.Set, box)))))
         if bad is None:
             continue
         pt = bad.wrap().sample_point()

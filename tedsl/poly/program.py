@@ -99,6 +99,14 @@ def isl_value(key, make):
     return v
 
 
+def parsed(kind, text):
+    """The isl object of class ``kind`` (``isl.Map``, ``isl.Set``, ...) that ``text`` writes,
+    read once per process: isl reads a short map in a few tenths of a millisecond, and
+    the candidates of a search write many of the same texts (the schedules of stages
+    their knobs do not change, the projections and shifts of time vectors)."""
+    return isl_value(("text", kind.__name__, text), lambda: kind(text))
+
+
 class Program:
     """Statements of a schedule plus the isl naming context."""
 
