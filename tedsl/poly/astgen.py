@@ -477,7 +477,7 @@ def _loop_cuts(program, width):
         dims = _constant_loops(program, s)
         if not dims:
             continue
-        rng = s.schedule_map(program, width).range()
+        rng = s.schedule_range(program, width)
         for d in dims:
             if _constant_range(rng, d):
                 continue                     # one trip count everywhere: nothing to cut
@@ -631,7 +631,8 @@ def _pieces(program, width):
             out[s.name] = (s, dom)
             continue
         smap = s.schedule_map(program, width)
-        space = smap.range().get_space()
+        rng = s.schedule_range(program, width)
+        space = rng.get_space()
         ones = [d for d in range(len(s.sched)) if _one_loop(program, s, d)]
         heres, inner = [], []
         for e, one in mine:
@@ -641,7 +642,7 @@ def _pieces(program, width):
             # iterations the cut's parts are (a parallel loop inside a vectorized one too)
             whole = pd = None
             for pd in (d for d in reversed(ones) if d <= e):
-                whole = _by_parallel_loop(smap.range(), h, pd)
+                whole = _by_parallel_loop(rng, h, pd)
                 if whole is not None:
                     break
             if whole is None:
@@ -1258,7 +1259,7 @@ def _inside_parallel_loops(tree, program, width):
 def _runs_once(program, s, d, width):
     """Whether isl proves that the loop at schedule position ``d`` of statement ``s`` runs at
     most once for every value of the loops around it (for all sizes)."""
-    rng = s.schedule_map(program, width).range()
+    rng = s.schedule_range(program, width)
     pre = rng.project_out(isl.dim_type.set, d + 1, width - d - 1)
     m = isl.Map.from_range(pre).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, d)
     return m.is_single_valued()

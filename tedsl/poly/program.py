@@ -53,6 +53,16 @@ class Statement:
             self.extra["domain_key"] = (d, text)
         return d
 
+    def schedule_range(self, program, width):
+        """The time points of the statement's instances (the range of its schedule map of
+        ``width`` entries), computed once per schedule map: the cut, piece and lost-loop
+        analyses of a lowering each read it."""
+        m = self.schedule_map(program, width)
+        hit = self.extra.get("schedule_range")
+        if hit is None or hit[0] is not m:
+            hit = self.extra["schedule_range"] = (m, m.range())
+        return hit[1]
+
     def domain_key(self, program):
         """A text that identifies the domain (its isl text where it was not parsed from one)."""
         d = self.domain_set(program)
