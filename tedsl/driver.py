@@ -10,7 +10,8 @@ import time
 
 from .codegen import llvm as llvm_codegen
 from .codegen import target as target_mod
-from .codegen.llvm_compile import JitEngine, UnrollDeclined, optimize, target_machine
+from .codegen.llvm_compile import (JitEngine, UnrollDeclined, object_target_machine, optimize,
+                                   target_machine)
 from .errors import ArgumentError, TedslError
 from .kernel_key import build_key
 from .runtime import cpu, foreign
@@ -219,7 +220,7 @@ def _compile_object(func, tgt, fast_entry=True, times=None):
         text, lowered, prepared, sig, fast_ok, n_par = _generate(func, tgt, fast_entry,
                                                                   llvm_unroll)
         c1 = time.process_time()
-        tm = target_machine(tgt.mcpu, feats, reloc="pic")  # loadable by the JIT and by dlopen
+        tm = object_target_machine(tgt.mcpu, feats)   # loadable by the JIT and by dlopen
         try:
             obj = tm.emit_object(optimize(text, tm, check_unrolled=llvm_unroll))
         except UnrollDeclined:

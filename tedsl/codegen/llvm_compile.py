@@ -2,6 +2,7 @@
 import functools
 import os
 import tempfile
+import threading
 
 from ..errors import CompileError
 
@@ -36,6 +37,23 @@ def target_machine(mcpu=None, features=None, reloc="default"):
     tgt = llvm.Target.from_triple(llvm.get_process_triple())
     return tgt.create_target_machine(cpu=mcpu, features=features or "", opt=3, reloc=reloc,
                                      codemodel="jitdefault" if reloc == "default" else "default")
+
+
+_OBJECT_TMS = threading.local()
+
+
+def object_target_machine(mcpu=None, features=None):
+    """The TargetMachine that writes position-independent object code for ``mcpu`` and
+    ``features``, one per thread: writing object code does not take the machine (an MCJIT
+    engine does), and a kept machine keeps the subtarget it built for the previous module
+    (a fresh one cost a search's builder 0.3 to 0.7 ms a candidate, for the same code)."""
+    tms = getattr(_OBJECT_TMS, "by_target", None)
+    if tms is None:
+        tms = _OBJECT_TMS.by_target = {}
+    tm = tms.get((mcpu, features))
+    if tm is None:
+        tm = tms[mcpu, features] = target_machine(mcpu, features, reloc="pic")
+    return tm
 
 
 def inline_compatible(cpu, features, caller_cpu, caller_features):
@@ -137,6 +155,6 @@ class JitEngine:
 
 def emit_object(ll_text, mcpu=None, features=None, check_unrolled=False):
     """Position-independent object code for a shared library."""
-    tm = target_machine(mcpu, features, reloc="pic")
+    tm = object_target_machine(mcpu, features)
     mod = optimize(ll_text, tm, check_unrolled=check_unrolled)
     return tm.emit_object(mod)
