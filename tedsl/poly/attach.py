@@ -24,6 +24,7 @@ from ..te.operation import ExternOp
 from .access import TensorNames, statement_accesses
 from .astgen import AstConverter
 from .convert import function_map
+from .program import parsed
 
 
 @dataclass(eq=False)
@@ -299,8 +300,8 @@ def attach_stage(program, pstage, statements, make_statements, counter):
     for d, sh in enumerate(t0.shape):
         shape_cons.append(f"0 <= x{d} < {aff(sh, names, set())}")
     tn = tnames.name(t0)
-    box = isl.Set(f"{program.params_text()} -> {{ {tn}[{', '.join(xs)}] : "
-                  f"{' and '.join(shape_cons) or '1 = 1'} }}")
+    box = parsed(isl.Set, f"{program.params_text()} -> {{ {tn}[{', '.join(xs)}] : "
+                          f"{' and '.join(shape_cons) or '1 = 1'} }}")
     region = box_if_thin(region.intersect_range(box).coalesce())
     # a shared buffer serves every thread of a block: its region is the union over the loops
     # bound to threadIdx (as TVM relaxes thread axes), and it lives outside those loops
@@ -348,12 +349,12 @@ def attach_stage(program, pstage, statements, make_statements, counter):
         xdims = [names.name(a.var) for a in pstage.op.axis]
         it = ", ".join(names.name(v) for v in s.iters)
         # { [o, x] -> S[o, iters] } keeps instances whose x lies in R(o)
-        m = isl.Map(f"{program.params_text()} -> {{ [{', '.join(o_names + xdims)}] -> "
-                    f"{s.name}[{', '.join(o_names)}, {it}] }}")
+        m = parsed(isl.Map, f"{program.params_text()} -> {{ [{', '.join(o_names + xdims)}] "
+                            f"-> {s.name}[{', '.join(o_names)}, {it}] }}")
         dom = m.intersect_domain(reg_set).range()
         s.iters = o_vars + s.iters
-        s.extra["domain"] = dom.intersect(isl.Set(
-            f"{program.params_text()} -> {{ {s.tuple_text(names)} : "
+        s.extra["domain"] = dom.intersect(parsed(
+            isl.Set, f"{program.params_text()} -> {{ {s.tuple_text(names)} : "
             f"{' and '.join(s.constraints) or '1 = 1'} }}")).detect_equalities().coalesce()
         s.extra["o_vars"] = fp.o_vars
     # the consumer statements sharing the prefix now run after the producer
@@ -401,8 +402,8 @@ def box_if_thin(region):
     for d in range(r):
         rd = region.project_out(isl.dim_type.out, d + 1, r - d - 1) \
             .project_out(isl.dim_type.out, 0, d)
-        lo = rd.lexmin().apply_range(isl.Map("{ [a] -> [y] : y >= a }"))
-        hi = rd.lexmax().apply_range(isl.Map("{ [b] -> [y] : y <= b }"))
+        lo = rd.lexmin().apply_range(parsed(isl.Map, "{ [a] -> [y] : y >= a }"))
+        hi = rd.lexmax().apply_range(parsed(isl.Map, "{ [b] -> [y] : y <= b }"))
         parts.append(lo.intersect(hi))
     hull = parts[0]
     for p in parts[1:]:
