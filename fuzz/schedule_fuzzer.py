@@ -1299,7 +1299,10 @@ def annotations_dropped(s, args):
     lowered, expanded = _stage_loops(func.body), _stage_loops(final.body)
     out = []
     for st in s.stages:
-        names = {st.op.name}
+        # a loop of the stage's own: the last tensor it stores is the stage's, or a stage
+        # fused with it (compute_with: the fused stage's statements follow the anchor's)
+        names = {st.op.name} | {o.op.name for o in s.stages
+                                if getattr(o, "with_stage", None) is st}
         for iv, attr in getattr(st, "attrs", {}).items():
             kind = getattr(attr, "kind", None)
             word = _KIND_WORD.get(kind)

@@ -144,3 +144,25 @@ def test_dropped_directive_checker_is_exact(monkeypatch):
     assert sf.annotations_dropped(s2, args) == [
         "B: vectorize(j.inner): lowered as serial",
         "S: unroll(k.inner): still a loop after the unroll pass (unrolled)"]
+
+
+def test_dropped_directive_checker_sees_compute_with_anchors(monkeypatch):
+    """A loop fused by ``compute_with`` stores the fused stage's tensor last: the anchor's
+    ``parallel`` on it takes effect (fuzz seed 2101, cases 587 and 1481, had reported it
+    dropped), and is named when the loop is lowered serially."""
+    import tedsl as te
+    from tedsl.transform import pipeline
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    C = te.placeholder((n,), "float32", name="C")
+    T1 = te.compute((n,), lambda i: A[i] * 2.0, name="T1")
+    T2 = te.compute((n,), lambda i: T1[i] - A[i], name="T2")
+    T3 = te.compute((n,), lambda i: T1[i] + C[i], name="T3")
+    s = te.create_schedule([T2, T3])
+    s[T3].compute_with(s[T1], T1.op.axis[0])
+    s[T1].parallel(T1.op.axis[0])
+    args = [A, C, T2, T3]
+    assert "for i in parallel" in str(te.lower(s, args))
+    assert sf.annotations_dropped(s, args) == []
+    monkeypatch.setattr(pipeline, "fuse_loops", _demote("parallel"))
+    assert sf.annotations_dropped(s, args) == ["T1: parallel(i): lowered as serial"]
