@@ -255,7 +255,9 @@ def run_case(name, rounds, threads, torch, with_search):
         for nt in threads:
             ss = _search_schedule(case, nt)
             if ss is not None:
-                searched[nt] = te.build(ss, case["args"], name=name)
+                # built as its candidates were (the target names the thread count)
+                searched[nt] = te.build(ss, case["args"], target=ss.tune_result["target"],
+                                        name=name)
                 check(searched[nt])
         if searched:
             contenders["search"] = by_threads(searched, lambda m: m(*inputs, out))

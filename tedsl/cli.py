@@ -554,7 +554,7 @@ def tune_auto(opts):
     except te.TedslError as err:
         print(f"tedsl tune: {err}", file=sys.stderr)
         return 1
-    f = te.build(s, ins + outs, name=opts.auto)
+    f = te.build(s, ins + outs, target=s.tune_result["target"], name=opts.auto)
     if opts.threads:
         f.set_num_threads(opts.threads)
     rng = np.random.default_rng(opts.seed)

@@ -166,9 +166,10 @@ def test_the_space_is_shaped_for_the_thread_count(tmp_path, monkeypatch, target,
     """The rules see the count the candidates run on (bicg's column sweep: one block of
     whole rows on one thread, a block per thread on two), unless the target names one."""
     SEEN_TARGETS.clear()
-    run_search(tmp_path, target=target, threads=threads, space_fn=space_noting_target,
-               trials=1)
+    *_, found, _ = run_search(tmp_path, target=target, threads=threads,
+                              space_fn=space_noting_target, trials=1)
     assert SEEN_TARGETS == [seen]
+    assert found.tune_result["target"] == seen      # what to build the schedule found with
     A = te.placeholder((4000, 4000), name="A")
     r = te.placeholder((4000,), name="r")
     i = te.reduce_axis((0, 4000), name="i")

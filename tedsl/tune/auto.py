@@ -495,9 +495,11 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     tedsl.Schedule
         The fastest candidate's schedule, for ``outs``' own tensors; ``.tune_result`` holds
         ``{"params", "seconds", "trials", "failed", "elapsed", "records", "rate", "phases",
-        "confirmed"}`` (``confirmed``: how many of the fastest candidates were timed again
-        at the end, the zero-search default among them, to pick the best; ``seconds`` is
-        then its time there):
+        "confirmed", "target"}`` (``confirmed``: how many of the fastest candidates were timed
+        again at the end, the zero-search default among them, to pick the best; ``seconds`` is
+        then its time there; ``target``: the target the candidates were built for, with
+        ``-num-threads`` where ``threads`` added it, which ``te.build`` should be given to
+        build what was measured):
         ``rate`` is candidates per second of ``elapsed``, ``phases`` where the time went
         (seconds: ``start``, until the first candidate was recorded; ``build``, the
         builders' CPU time, and ``build_phases`` its parts: ``schedule``, ``lower`` (isl and
@@ -721,7 +723,7 @@ def auto(outs, target="llvm", seconds=None, trials=None, records=None, resume=Fa
     s = schedule_of(outs, target, best[1], best[2], schedule_fn)
     s.tune_result = {"params": best[1], "seconds": best[0], "trials": done, "failed": failed,
                      "elapsed": elapsed, "records": records, "rate": done / elapsed,
-                     "phases": phases, "confirmed": n_confirmed}
+                     "phases": phases, "confirmed": n_confirmed, "target": str(target)}
     return s
 
 
