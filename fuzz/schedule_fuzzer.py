@@ -1274,6 +1274,13 @@ def _runs_once(prog, stage, iv):
     return True
 
 
+def _fused_loops(anchor, iv):
+    """The loops of ``anchor`` that ``compute_with(anchor, iv)`` fuses: its loops down to
+    ``iv``."""
+    leaves = list(anchor.leaf_iter_vars)
+    return leaves[:leaves.index(iv) + 1] if iv in leaves else []
+
+
 def annotations_dropped(s, args):
     """The accepted ``parallel`` / ``vectorize`` / ``unroll`` annotations of schedule ``s`` that
     do not take effect in the code built for ``llvm``, as ``"T: kind(loop): why"``.
@@ -1299,15 +1306,16 @@ def annotations_dropped(s, args):
     lowered, expanded = _stage_loops(func.body), _stage_loops(final.body)
     out = []
     for st in s.stages:
-        # a loop of the stage's own: the last tensor it stores is the stage's, or a stage
-        # fused with it (compute_with: the fused stage's statements follow the anchor's)
-        names = {st.op.name} | {o.op.name for o in s.stages
-                                if getattr(o, "with_stage", None) is st}
         for iv, attr in getattr(st, "attrs", {}).items():
             kind = getattr(attr, "kind", None)
             word = _KIND_WORD.get(kind)
             if word is None or iv not in st.leaf_iter_vars or _runs_once(prog, st, iv):
                 continue
+            # a loop of the stage's own: the last tensor it stores is the stage's, or, for a
+            # loop compute_with fused, the fused stage's (its statements follow the anchor's)
+            names = {st.op.name} | {o.op.name for o in s.stages
+                                    if getattr(o, "with_stage", None) is st and
+                                    iv in _fused_loops(st, o.with_ivar)}
             name = _re.escape(iv.name)         # renamed under a loop of its name; parts
             pat = _re.compile(r"(?:%s\.%s\d*|%s)(\.\d+)?$" % (_re.escape(st.op.name), name, name))
 

@@ -149,7 +149,8 @@ def test_dropped_directive_checker_is_exact(monkeypatch):
 def test_dropped_directive_checker_sees_compute_with_anchors(monkeypatch):
     """A loop fused by ``compute_with`` stores the fused stage's tensor last: the anchor's
     ``parallel`` on it takes effect (fuzz seed 2101, cases 587 and 1481, had reported it
-    dropped), and is named when the loop is lowered serially."""
+    dropped), and is named when the loop is lowered serially; the loops below the fused one
+    are each stage's own."""
     import tedsl as te
     from tedsl.transform import pipeline
     n = te.var("n")
@@ -164,5 +165,14 @@ def test_dropped_directive_checker_sees_compute_with_anchors(monkeypatch):
     args = [A, C, T2, T3]
     assert "for i in parallel" in str(te.lower(s, args))
     assert sf.annotations_dropped(s, args) == []
+    # below the fused loop each stage has its own loops: the fused stage's serial j is not
+    # the anchor's parallel j
+    B = te.placeholder((n, 8), "float32", name="B")
+    U1 = te.compute((n, 8), lambda i, j: B[i, j] * 2.0, name="U1")
+    U2 = te.compute((n, 8), lambda i, j: B[i, j] + 1.0, name="U2")
+    s2 = te.create_schedule([U1, U2])
+    s2[U2].compute_with(s2[U1], U1.op.axis[0])
+    s2[U1].parallel(U1.op.axis[1])
+    assert sf.annotations_dropped(s2, [B, U1, U2]) == []
     monkeypatch.setattr(pipeline, "fuse_loops", _demote("parallel"))
     assert sf.annotations_dropped(s, args) == ["T1: parallel(i): lowered as serial"]
