@@ -162,9 +162,9 @@ FINDINGS = (
     "GEMM candidates give isl the same input), each statement's time points computed once "
     "per lowering, and the object-code TargetMachine kept between modules: the same object "
     "code, lower 76 / 66 / 70 -> 61 / 76 / 60 ms per matmul candidate in three searches "
-    "interleaved with the previous version, which the host's swings (the previous version "
-    "at 9.1, 10.5 and 9.2 candidates/s, this one at 9.5, 8.8 and 10.0; softmax 9.5 / 11.6 / "
-    "10.9 and 10.0 / 10.7 / 10.9) make as large as the gain: the rates above, from a quiet "
+    "interleaved with the previous version. The gain is within the host's swings: the "
+    "previous version ran 9.1, 10.5 and 9.2 candidates/s, this one 9.5, 8.8 and 10.0 "
+    "(softmax 9.5 / 11.6 / 10.9 and 10.0 / 10.7 / 10.9); the rates above, from a quiet "
     "host, are at the top of that range.")
 
 
