@@ -13,7 +13,7 @@ from ..ir import expr as E
 from ..ir.functor import free_vars, walk
 from ..ir.simplify import from_linear, linear, simplify
 from ..tir import nodes as N
-from .llvm_expr import I1, I8, I16, I32, PTR, ExprEmitter, is_vec, storage_type
+from .llvm_expr import I1, I8, I16, I32, I64, PTR, ExprEmitter, is_vec, storage_type
 
 
 def flat_index(buf, indices):
@@ -233,9 +233,7 @@ class MemoryEmitter(ExprEmitter):
             if self.mask is None:
                 v = self.b.load(p, typ=vt, align=align)
             else:
-                v = self.intrinsic(f"llvm.masked.load.v{W}{_sfx(st)}.p0", vt,
-                                   [p, ir.Constant(I32, align), self.mask,
-                                    ir.Constant(vt, None)])
+                v = self._masked_load(p, st, W, align)
             return self._from_storage(v, buf.dtype)
         fv = self.bc(self.expr(flat))
         self._check_index(buf, flat, fv)
@@ -245,6 +243,37 @@ class MemoryEmitter(ExprEmitter):
         v = self.intrinsic(f"llvm.masked.gather.v{W}{_sfx(st)}.v{W}p0", vt,
                            [ptrs, ir.Constant(I32, align), mask, ir.Constant(vt, None)])
         return self._from_storage(v, buf.dtype)
+
+    def _masked_load(self, p, st, W, align):
+        """``llvm.masked.load`` of ``W`` elements of type ``st`` at ``p`` under ``self.mask``,
+        as loads of one vector register each where ``W`` is wider.
+
+        LLVM's X86 back end splits a wider masked load into register-wide ones, and where
+        the mask of a part folds to all-false it loaded that part's memory anyway
+        (LLVM 22, AVX2: a ``<16 x i32>`` load under ``splat(c) & <0,1,..,1,0,..,0>`` gave
+        lane 8 the value in memory: a padded image's last column read its neighbour's first,
+        and read past the buffer's end, fuzz seed 2102 case 299).  Register-wide loads whose
+        mask folds to all-false fold to their zero pass-through before the back end."""
+        vt = ir.VectorType(st, W)
+        n = max(1, self.vector_bits // 8 // align)      # align: the element's bytes
+        if W <= n or W % n or (W // n) & (W // n - 1):
+            return self.intrinsic(f"llvm.masked.load.v{W}{_sfx(st)}.p0", vt,
+                                  [p, ir.Constant(I32, align), self.mask,
+                                   ir.Constant(vt, None)])
+        nt = ir.VectorType(st, n)
+        parts = []
+        for k in range(0, W, n):
+            m = self.b.shuffle_vector(self.mask, self.mask,
+                                      ir.Constant(ir.VectorType(I32, n), list(range(k, k + n))))
+            q = self.b.gep(p, [ir.Constant(I64, k)], inbounds=True, source_etype=st)
+            parts.append(self.intrinsic(f"llvm.masked.load.v{n}{_sfx(st)}.p0", nt,
+                                        [q, ir.Constant(I32, align), m,
+                                         ir.Constant(nt, None)]))
+        while len(parts) > 1:
+            m = parts[0].type.count
+            sel = ir.Constant(ir.VectorType(I32, 2 * m), list(range(2 * m)))
+            parts = [self.b.shuffle_vector(a, b, sel) for a, b in zip(parts[::2], parts[1::2])]
+        return parts[0]
 
     def store(self, s):
         buf = s.buffer
