@@ -7,6 +7,7 @@ import pytest
 import tedsl as te
 from conftest import check_kernel, rand
 from tedsl.codegen import target as tg
+from tedsl.codegen.llvm_intrin import has_feature
 from test_tail_separation import elementwise
 
 AVX512 = tg.vector_bits(tg.parse("llvm")) >= 512
@@ -126,13 +127,9 @@ def test_a_partial_row_keeps_its_other_lanes(rng):
         assert re.search(r"select\s+<32 x i1> <i1 1", raw)
 
 
-def _host_has(feature):
-    return f"+{feature}" in tg.host_cpu()[1].split(",")
-
-
 @pytest.mark.parametrize("target", [
     "llvm", pytest.param("llvm -mcpu=haswell", marks=pytest.mark.skipif(
-        not _host_has("avx2"), reason="needs an AVX2 host"))])
+        not has_feature(*tg.host_cpu(), "avx2"), reason="needs an AVX2 host"))])
 @pytest.mark.parametrize("dtype", ["int32", "float32"])
 def test_guarded_read_wider_than_a_register(target, dtype, rng):
     """A padded copy vectorized over 9 columns (16 lanes, two AVX2 registers) under a
